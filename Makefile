@@ -1,0 +1,33 @@
+# xdpfab: see README.md. Every target works on a fresh Debian/Ubuntu machine
+# with Go installed, as root; generated BPF objects are committed, so clang is
+# only needed for `make generate`.
+GO ?= go
+PKGS := ./...
+# Packages with goroutines that the race detector should watch.
+RACE_PKGS := ./av/... ./cq/... ./dataplane/...
+
+.PHONY: all build test race vet generate demo check-generate clean
+
+all: build
+
+build:
+	$(GO) build $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+# The whole suite: unit and kernel tests (root needed for the latter), then
+# the race detector over the concurrent packages.
+test: build vet
+	$(GO) test -count=1 -timeout 8m $(PKGS)
+	$(GO) test -count=1 -race -timeout 8m $(RACE_PKGS)
+
+# Regenerate the BPF objects (needs clang-14, llvm, libbpf-dev).
+generate:
+	$(GO) generate ./bpf/...
+
+demo: build
+	$(GO) run ./cmd/xdpfab demo
+
+clean:
+	$(GO) clean -testcache
