@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Constants shared by the XDP program and Go (bpf/consts.go mirrors them). */
+#ifndef XDPFAB_CONSTS_H
+#define XDPFAB_CONSTS_H
+
+/* Wire header (docs/wire.md). "XFAB" in network byte order. */
+#define XDPFAB_MAGIC 0x58464142
+#define XDPFAB_VERSION 1
+#define XDPFAB_OP_MSG 1
+#define XDPFAB_OP_TAGGED 2
+#define XDPFAB_OP_MAX XDPFAB_OP_TAGGED
+#define XDPFAB_HF_CQ_DATA 0x01 /* cq_data carries remote CQ data */
+
+/* Per-CPU counters (index into xdpfab_stats). Every frame the program sees
+ * counts once in RX and exactly once in one of the outcome counters, so
+ * rx == translated + unknown + drop_policy + malformed + pass + redirect_fail. */
+enum xdpfab_counter {
+	XDPFAB_C_RX = 0,            /* frames seen */
+	XDPFAB_C_TRANSLATED = 1,    /* redirected, source found in the AV */
+	XDPFAB_C_UNKNOWN = 2,       /* redirected, source not in the AV */
+	XDPFAB_C_DROP_POLICY = 3,   /* unknown source, endpoint policy drop */
+	XDPFAB_C_MALFORMED = 4,     /* to an endpoint, bad xdpfab header/lengths: dropped */
+	XDPFAB_C_PASS = 5,          /* not ours: XDP_PASS, untouched */
+	XDPFAB_C_REDIRECT_FAIL = 6, /* ours, but no socket / metadata failed: dropped */
+	XDPFAB_C_MAX = 7,
+};
+
+/* What an endpoint does with a datagram whose source is not in its AV. */
+enum xdpfab_policy {
+	XDPFAB_POLICY_NOTAVAIL = 0, /* deliver with fi_addr FI_ADDR_NOTAVAIL */
+	XDPFAB_POLICY_SOURCE_ERR = 1, /* deliver, flagged for an error completion */
+	XDPFAB_POLICY_DROP = 2,     /* XDP_DROP in the kernel, counted */
+};
+
+/* xdpfab_meta.flags */
+#define XDPFAB_META_KNOWN 0x0001      /* source found: fi_addr/user_id valid */
+#define XDPFAB_META_SOURCE_ERR 0x0002 /* unknown source under POLICY_SOURCE_ERR */
+#define XDPFAB_META_VERSION 1
+
+/* Address families, as in Linux. */
+#define XDPFAB_AF_INET 2
+#define XDPFAB_AF_INET6 10
+
+#endif

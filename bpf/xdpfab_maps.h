@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Every map of the xdpfab dataplane. Names are bpftool-visible (at most 15
+ * characters). max_entries here are defaults; the loader resizes them. */
+#ifndef XDPFAB_MAPS_H
+#define XDPFAB_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "xdpfab_consts.h"
+#include "xdpfab_structs.h"
+
+/* Forward AV: (av, source) -> fi_addr / user id. Read by XDP per packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct xdpfab_av_key);
+	__type(value, struct xdpfab_av_val);
+} xdpfab_av SEC(".maps");
+
+/* Reverse AV: (av, index) -> address. Source of truth for user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct xdpfab_rev_key);
+	__type(value, struct xdpfab_rev_val);
+} xdpfab_avrev SEC(".maps");
+
+/* AV attributes by av id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct xdpfab_av_meta);
+} xdpfab_avmeta SEC(".maps");
+
+/* Auth keys by (av, handle). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct xdpfab_rev_key);
+	__type(value, struct xdpfab_authkey_val);
+} xdpfab_authkey SEC(".maps");
+
+/* Local endpoints by (address, port). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct xdpfab_ep_key);
+	__type(value, struct xdpfab_ep_val);
+} xdpfab_ep SEC(".maps");
+
+/* AF_XDP sockets by slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} xdpfab_xsks SEC(".maps");
+
+/* Per-CPU counters, enum xdpfab_counter. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XDPFAB_C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} xdpfab_stats SEC(".maps");
+
+#endif

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Structs shared by the XDP program and Go. bpf2go generates the Go types
+ * from these (bpf/types.go names them); change both sides together. All
+ * padding is explicit so the layouts are the same on every compiler. */
+#ifndef XDPFAB_STRUCTS_H
+#define XDPFAB_STRUCTS_H
+
+#include <linux/types.h>
+
+/* A peer address as the AV stores it: IPv4 uses addr[0..3], the rest zero. */
+struct xdpfab_addr {
+	__u8 addr[16];
+	__be16 port;  /* UDP port, network byte order */
+	__u8 family;  /* XDPFAB_AF_INET or XDPFAB_AF_INET6 */
+	__u8 pad;
+};
+
+/* Forward AV map key: which AV, which source. */
+struct xdpfab_av_key {
+	__u32 av_id;
+	struct xdpfab_addr src;
+};
+
+/* Forward AV map value: what XDP reports for that source. */
+struct xdpfab_av_val {
+	__u64 fi_addr;  /* the AV index */
+	__u64 user_id;  /* FI_AV_USER_ID id, FI_ADDR_NOTAVAIL when unset */
+	__u32 group;    /* peer group (fi_group_addr) */
+	__u16 auth_key; /* auth-key handle the entry is bound to, 0 = none */
+	__u16 flags;
+};
+
+/* Endpoint table key: a local address/port. An all-zero addr is the
+ * wildcard for the family (bound to "any"). */
+struct xdpfab_ep_key {
+	struct xdpfab_addr local;
+};
+
+/* Endpoint table value. */
+struct xdpfab_ep_val {
+	__u32 ep_id;
+	__u32 av_id;    /* 0 = no AV bound: every source is unknown */
+	__u32 xsk_base; /* first XSKMAP slot of this endpoint */
+	__u16 rx_ctxs;  /* receive contexts (>= 1) */
+	__u16 queues;   /* rx queues listened on (>= 1) */
+	__u16 auth_key; /* only sources bound to this key are known; 0 = any */
+	__u8 policy;    /* enum xdpfab_policy */
+	__u8 flags;
+};
+
+/* Reverse AV table key: (AV, index). */
+struct xdpfab_rev_key {
+	__u32 av_id;
+	__u32 index;
+};
+
+/* Reverse AV table value: everything needed to rebuild the forward entry,
+ * plus the reference count of duplicate inserts. */
+struct xdpfab_rev_val {
+	__u64 user_id;
+	struct xdpfab_addr addr;
+	__u32 refcnt;
+	__u32 group;
+	__u16 auth_key;
+	__u16 flags;
+};
+
+/* Per-AV attributes (array indexed by av_id; slot 0 is never used). */
+struct xdpfab_av_meta {
+	__u64 generation; /* bumped by every change: other openers resync */
+	__u64 flags;      /* open flags (FI_AV_USER_ID, FI_SYMMETRIC, ...) */
+	__u32 in_use;
+	__u32 type;       /* FI_AV_MAP / FI_AV_TABLE */
+	__u32 addr_format;
+	__u32 rx_ctx_bits;
+	__u32 count;      /* count hint given at open */
+	__u32 opens;      /* live opens (named AVs) */
+	__u8 name[48];    /* NUL-terminated; "" = anonymous */
+};
+
+/* Auth key table (key: xdpfab_rev_key with index = handle). */
+struct xdpfab_authkey_val {
+	__u32 len;
+	__u32 refcnt; /* addresses bound to the key */
+	__u8 key[64];
+};
+
+/* Metadata in front of every redirected frame (bpf_xdp_adjust_meta). It
+ * must stay a multiple of 4 bytes and at most 32. */
+struct xdpfab_meta {
+	__u64 fi_addr;
+	__u64 user_id;
+	__u32 ep_id;
+	__u16 flags;       /* XDPFAB_META_* */
+	__u16 l3_off;      /* offset of the IP header in the frame */
+	__u16 hdr_off;     /* offset of the xdpfab header in the frame */
+	__u16 payload_len; /* bytes after the xdpfab header, from UDP length */
+	__u8 family;
+	__u8 version;      /* XDPFAB_META_VERSION */
+	__u8 rx_ctx;
+	__u8 pad;
+};
+
+/* The xdpfab wire header at the start of the UDP payload (docs/wire.md). */
+struct xdpfab_hdr {
+	__be32 magic;
+	__u8 version;
+	__u8 op;
+	__u8 flags;
+	__u8 rx_ctx;
+	__be32 group;
+	__be32 auth_key;
+	__be64 tag;
+	__be64 cq_data;
+};
+
+#endif

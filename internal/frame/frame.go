@@ -1,0 +1,177 @@
+// Package frame builds Ethernet/VLAN/IP/UDP/xdpfab frames: the transmit
+// path writes them into UMEM frames, and tests feed them to the XDP program.
+// It writes into caller-provided buffers and never allocates on Put.
+package frame
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/xdpfab/xdpfab/bpf"
+)
+
+// Ethertypes.
+const (
+	EtherIPv4   = 0x0800
+	EtherIPv6   = 0x86dd
+	Ether8021Q  = 0x8100
+	Ether8021AD = 0x88a8
+)
+
+// Spec describes one datagram.
+type Spec struct {
+	SrcMAC, DstMAC [6]byte
+	// VLANs are outer-first 802.1Q/802.1ad tags: each is (TPID, VID).
+	VLANs    [][2]uint16
+	Src, Dst netip.AddrPort
+	// IPOptions (IPv4 only) are appended to the IPv4 header; a multiple of 4.
+	IPOptions []byte
+	// FragOff is the IPv4 flags+fragment offset field (host order), e.g.
+	// 0x2000 for "more fragments".
+	FragOff uint16
+	// Proto overrides the IP protocol (default UDP, 17).
+	Proto uint8
+	// NoHdr omits the xdpfab header (a plain UDP datagram).
+	NoHdr bool
+	Hdr   bpf.WireHdr
+	// RawHdr, when set, replaces the encoded xdpfab header bytes.
+	RawHdr  []byte
+	Payload []byte
+	// TTL defaults to 64.
+	TTL uint8
+}
+
+// Len returns the frame length Put writes.
+func (s *Spec) Len() int {
+	n := 14 + 4*len(s.VLANs) + 8 + len(s.Payload) + s.hdrLen()
+	if s.Src.Addr().Unmap().Is4() {
+		return n + 20 + len(s.IPOptions)
+	}
+	return n + 40
+}
+
+func (s *Spec) hdrLen() int {
+	switch {
+	case s.RawHdr != nil:
+		return len(s.RawHdr)
+	case s.NoHdr:
+		return 0
+	}
+	return bpf.HdrLen
+}
+
+// Build returns a new frame for s.
+func Build(s Spec) []byte {
+	b := make([]byte, s.Len())
+	s.Put(b)
+	return b
+}
+
+// Put writes the frame into b (at least s.Len() bytes) and returns its length.
+func (s *Spec) Put(b []byte) int {
+	n := s.Len()
+	b = b[:n]
+	copy(b[0:6], s.DstMAC[:])
+	copy(b[6:12], s.SrcMAC[:])
+	off := 12
+	for _, v := range s.VLANs {
+		binary.BigEndian.PutUint16(b[off:], v[0])
+		binary.BigEndian.PutUint16(b[off+2:], v[1]&0x0fff)
+		off += 4
+	}
+	v4 := s.Src.Addr().Unmap().Is4()
+	proto := s.Proto
+	if proto == 0 {
+		proto = 17
+	}
+	ttl := s.TTL
+	if ttl == 0 {
+		ttl = 64
+	}
+	udpLen := 8 + s.hdrLen() + len(s.Payload)
+	var l4 int
+	if v4 {
+		binary.BigEndian.PutUint16(b[off:], EtherIPv4)
+		off += 2
+		ip := b[off:]
+		ihl := 20 + len(s.IPOptions)
+		ip[0] = 0x40 | byte(ihl/4)
+		ip[1] = 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(ihl+udpLen))
+		binary.BigEndian.PutUint16(ip[4:], 0)
+		binary.BigEndian.PutUint16(ip[6:], s.FragOff)
+		ip[8] = ttl
+		ip[9] = proto
+		ip[10], ip[11] = 0, 0
+		src, dst := s.Src.Addr().Unmap().As4(), s.Dst.Addr().Unmap().As4()
+		copy(ip[12:16], src[:])
+		copy(ip[16:20], dst[:])
+		copy(ip[20:ihl], s.IPOptions)
+		binary.BigEndian.PutUint16(ip[10:], ^fold(sum(ip[:ihl], 0)))
+		l4 = off + ihl
+	} else {
+		binary.BigEndian.PutUint16(b[off:], EtherIPv6)
+		off += 2
+		ip := b[off:]
+		ip[0], ip[1], ip[2], ip[3] = 0x60, 0, 0, 0
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
+		ip[6] = proto
+		ip[7] = ttl
+		src, dst := s.Src.Addr().As16(), s.Dst.Addr().As16()
+		copy(ip[8:24], src[:])
+		copy(ip[24:40], dst[:])
+		l4 = off + 40
+	}
+	u := b[l4:]
+	binary.BigEndian.PutUint16(u[0:], s.Src.Port())
+	binary.BigEndian.PutUint16(u[2:], s.Dst.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
+	u[6], u[7] = 0, 0
+	p := 8
+	switch {
+	case s.RawHdr != nil:
+		p += copy(u[p:], s.RawHdr)
+	case !s.NoHdr:
+		p += bpf.PutHdr(u[p:], s.Hdr)
+	}
+	copy(u[p:], s.Payload)
+	binary.BigEndian.PutUint16(u[6:], udpChecksum(s, u[:udpLen], proto))
+	return n
+}
+
+func udpChecksum(s *Spec, udp []byte, proto uint8) uint16 {
+	var acc uint32
+	if src := s.Src.Addr().Unmap(); src.Is4() {
+		a, d := src.As4(), s.Dst.Addr().Unmap().As4()
+		acc = sum(a[:], acc)
+		acc = sum(d[:], acc)
+	} else {
+		a, d := s.Src.Addr().As16(), s.Dst.Addr().As16()
+		acc = sum(a[:], acc)
+		acc = sum(d[:], acc)
+	}
+	acc += uint32(proto) + uint32(len(udp))
+	c := ^fold(sum(udp, acc))
+	if c == 0 {
+		c = 0xffff
+	}
+	return c
+}
+
+func sum(b []byte, acc uint32) uint32 {
+	for len(b) >= 2 {
+		acc += uint32(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		acc += uint32(b[0]) << 8
+	}
+	return acc
+}
+
+func fold(acc uint32) uint16 {
+	for acc > 0xffff {
+		acc = acc>>16 + acc&0xffff
+	}
+	return uint16(acc)
+}

@@ -1,0 +1,13 @@
+// Package loader loads xdpfab's XDP program and maps into the kernel,
+// attaches the program to interfaces, and pins everything under a bpffs
+// directory so that other processes (and a restarted agent) re-open the same
+// maps instead of replacing them.
+//
+// A Dataplane is the set of kernel objects one node shares: the forward and
+// reverse AV maps, the endpoint table, the XSKMAP and the counters. With an
+// empty Config.PinRoot the objects are private to the process and vanish
+// with it (what tests and benchmarks use); with a PinRoot they outlive it.
+//
+// The loader does not know what an address vector or an endpoint is; the av
+// and ep packages write the maps it hands out.
+package loader

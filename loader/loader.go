@@ -1,0 +1,234 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// Config sizes and places the dataplane's kernel objects.
+type Config struct {
+	// PinRoot is a directory on (or to be mounted as) bpffs. Empty: nothing
+	// is pinned and the objects live as long as the process holds them.
+	PinRoot string
+	// AVEntries is the capacity of the forward and reverse AV maps, shared
+	// by every AV of the dataplane. Default 262144.
+	AVEntries uint32
+	// MaxAVs bounds the number of AVs open at once. Default 256.
+	MaxAVs uint32
+	// MaxEndpoints bounds endpoints (and auth keys). Default 1024.
+	MaxEndpoints uint32
+	// XSKSlots is the XSKMAP size. Default 1024.
+	XSKSlots uint32
+}
+
+func (c *Config) defaults() {
+	if c.AVEntries == 0 {
+		c.AVEntries = 1 << 18
+	}
+	if c.MaxAVs == 0 {
+		c.MaxAVs = 256
+	}
+	if c.MaxEndpoints == 0 {
+		c.MaxEndpoints = 1024
+	}
+	if c.XSKSlots == 0 {
+		c.XSKSlots = 1024
+	}
+}
+
+// Dataplane holds the loaded program and maps.
+type Dataplane struct {
+	// Program is the XDP program xdpfab_rx.
+	Program *ebpf.Program
+	// The maps of bpf/xdpfab_maps.h.
+	AV, AVRev, AVMeta, AuthKey, EP, XSKs, Stats *ebpf.Map
+
+	cfg     Config
+	pinned  bool
+	mu      sync.Mutex // serialises users of lockDir within the process
+	lockDir *os.File   // the pin root, flock'ed for cross-process changes
+	rest    []*ebpf.Map
+}
+
+// Config returns the configuration the dataplane was loaded with (defaults
+// filled in).
+func (d *Dataplane) Config() Config { return d.cfg }
+
+// Pinned reports whether the dataplane's objects are pinned (shared).
+func (d *Dataplane) Pinned() bool { return d.pinned }
+
+// Load loads the dataplane, or re-opens the pinned one under cfg.PinRoot.
+// Maps that are already pinned keep their contents; a pinned map whose
+// definition differs (say, another AVEntries) is an error, never replaced.
+func Load(cfg Config) (*Dataplane, error) {
+	cfg.defaults()
+	spec, err := bpf.LoadSpec()
+	if err != nil {
+		return nil, fmt.Errorf("load xdpfab object: %w", err)
+	}
+	sizes := map[string]uint32{
+		bpf.MapAV: cfg.AVEntries, bpf.MapAVRev: cfg.AVEntries, bpf.MapAVMeta: cfg.MaxAVs,
+		bpf.MapAuthKey: cfg.MaxEndpoints, bpf.MapEP: cfg.MaxEndpoints, bpf.MapXSKs: cfg.XSKSlots,
+	}
+	for name, n := range sizes {
+		ms, ok := spec.Maps[name]
+		if !ok {
+			return nil, fmt.Errorf("xdpfab object has no map %s: %w", name, fi.EINVAL)
+		}
+		ms.MaxEntries = n
+	}
+
+	d := &Dataplane{cfg: cfg}
+	var opts ebpf.CollectionOptions
+	if cfg.PinRoot != "" {
+		if err := ensureBPFFS(cfg.PinRoot); err != nil {
+			return nil, err
+		}
+		mapDir := filepath.Join(cfg.PinRoot, "maps")
+		if err := os.MkdirAll(mapDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin directory %s: %w", mapDir, err)
+		}
+		for name := range spec.Maps {
+			if isXDPFabMap(name) {
+				spec.Maps[name].Pinning = ebpf.PinByName
+			}
+		}
+		opts.Maps.PinPath = mapDir
+		d.pinned = true
+		if d.lockDir, err = os.Open(cfg.PinRoot); err != nil {
+			return nil, fmt.Errorf("open pin root %s: %w", cfg.PinRoot, err)
+		}
+	}
+
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		d.closeLock()
+		return nil, loadError(err)
+	}
+	d.Program = coll.Programs[bpf.ProgRX]
+	m := coll.Maps
+	d.AV, d.AVRev, d.AVMeta, d.AuthKey = m[bpf.MapAV], m[bpf.MapAVRev], m[bpf.MapAVMeta], m[bpf.MapAuthKey]
+	d.EP, d.XSKs, d.Stats = m[bpf.MapEP], m[bpf.MapXSKs], m[bpf.MapStats]
+	for name, mp := range m {
+		if !isXDPFabMap(name) {
+			d.rest = append(d.rest, mp)
+		}
+	}
+	return d, nil
+}
+
+func isXDPFabMap(name string) bool {
+	return len(name) > 7 && name[:7] == "xdpfab_"
+}
+
+func loadError(err error) error {
+	var verr *ebpf.VerifierError
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("load xdpfab dataplane: needs root (CAP_BPF, CAP_NET_ADMIN): %w", fi.EPERM)
+		}
+		return fmt.Errorf("load xdpfab dataplane: permission denied: %w", err)
+	case errors.Is(err, ebpf.ErrMapIncompatible):
+		return fmt.Errorf("load xdpfab dataplane: a pinned map has another definition (sizes changed?); "+
+			"remove the pins or load with the same Config: %w: %w", fi.EEXIST, err)
+	case errors.As(err, &verr):
+		return fmt.Errorf("load xdpfab dataplane: verifier rejected the program: %w: %+v", fi.EINVAL, verr)
+	}
+	return fmt.Errorf("load xdpfab dataplane: %w", err)
+}
+
+// Close releases this process's handles. Pinned objects stay.
+func (d *Dataplane) Close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	for _, m := range d.rest {
+		errs = append(errs, m.Close())
+	}
+	d.closeLock()
+	return errors.Join(errs...)
+}
+
+func (d *Dataplane) closeLock() {
+	if d.lockDir != nil {
+		d.lockDir.Close()
+		d.lockDir = nil
+	}
+}
+
+// Unpin removes the pinned maps (not links: see Detach). Processes holding
+// the maps keep them until they close.
+func (d *Dataplane) Unpin() error {
+	if !d.pinned {
+		return nil
+	}
+	var errs []error
+	for _, m := range []*ebpf.Map{d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats} {
+		errs = append(errs, m.Unpin())
+	}
+	_ = os.Remove(filepath.Join(d.cfg.PinRoot, "maps"))
+	return errors.Join(errs...)
+}
+
+// Lock serialises changes to the shared maps: across goroutines always,
+// and across processes (flock on the pin root) when pinned. Callers hold it
+// for a read-modify-write of AV state and release it with the returned func.
+func (d *Dataplane) Lock() (unlock func()) {
+	d.mu.Lock()
+	if d.lockDir != nil {
+		for {
+			err := unix.Flock(int(d.lockDir.Fd()), unix.LOCK_EX)
+			if err != unix.EINTR {
+				break
+			}
+		}
+	}
+	return func() {
+		if d.lockDir != nil {
+			_ = unix.Flock(int(d.lockDir.Fd()), unix.LOCK_UN)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// Counters returns the program's per-CPU counters summed over CPUs.
+func (d *Dataplane) Counters() ([bpf.NumCounters]uint64, error) {
+	var out [bpf.NumCounters]uint64
+	for i := range bpf.NumCounters {
+		var per []uint64
+		if err := d.Stats.Lookup(uint32(i), &per); err != nil {
+			return out, fmt.Errorf("read counter %s: %w", i, err)
+		}
+		for _, v := range per {
+			out[i] += v
+		}
+	}
+	return out, nil
+}
+
+// ResetCounters zeroes every counter (tests and `xdpfab stats --reset`).
+func (d *Dataplane) ResetCounters() error {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	zero := make([]uint64, n)
+	for i := range bpf.NumCounters {
+		if err := d.Stats.Put(uint32(i), zero); err != nil {
+			return fmt.Errorf("reset counter %s: %w", i, err)
+		}
+	}
+	return nil
+}
