@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -60,7 +61,10 @@ func (ns *NS) Dial(network, address string) (net.Conn, error) {
 	return c, err
 }
 
-type panicked struct{ v any }
+type panicked struct {
+	v     any
+	stack []byte
+}
 
 // runIn runs fn on a fresh, locked OS thread moved into target. The thread
 // goes back to the scheduler only if it could be moved back to its original
@@ -90,7 +94,7 @@ func runIn(target netns.NsHandle, fn func() error) error {
 		func() {
 			defer func() {
 				if v := recover(); v != nil {
-					res.p = &panicked{v}
+					res.p = &panicked{v, debug.Stack()}
 				}
 			}()
 			res.err = fn()
@@ -106,7 +110,7 @@ func runIn(target netns.NsHandle, fn func() error) error {
 	}()
 	res := <-done
 	if res.p != nil {
-		panic(res.p.v)
+		panic(fmt.Sprintf("%v [in namespace; original stack:\n%s]", res.p.v, res.p.stack))
 	}
 	return res.err
 }
