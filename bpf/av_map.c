@@ -143,13 +143,18 @@ int xdpfab_rx(struct xdp_md *ctx)
 	ak.av_id = ep->av_id;
 	ak.src.port = udp->source;
 	av = ak.av_id ? bpf_map_lookup_elem(&xdpfab_av, &ak) : NULL;
-	if (av && ep->auth_key && av->auth_key != ep->auth_key)
-		av = NULL; /* bound to another auth key: not a peer of this endpoint */
+	/* An endpoint enabled with an auth key knows only peers bound to that
+	 * key that also carry it on the wire. */
+	if (av && ep->auth_key &&
+	    (av->auth_key != ep->auth_key || hdr->auth_key != bpf_htonl(ep->auth_key)))
+		av = NULL;
 
 	__u16 mflags = 0;
 	__u64 fi_addr = ~0ULL, user_id = ~0ULL;
 	if (av) {
 		mflags = XDPFAB_META_KNOWN;
+		if (av->flags & XDPFAB_AVF_USER_ID)
+			mflags |= XDPFAB_META_USER_ID;
 		fi_addr = av->fi_addr;
 		user_id = av->user_id;
 	} else if (ep->policy == XDPFAB_POLICY_DROP) {

@@ -47,6 +47,8 @@ const (
 	MetaVersion  = 1
 	MetaKnown    = 0x0001
 	MetaSrcErr   = 0x0002
+	MetaUserID   = 0x0004
+	AVFUserID    = 0x0001
 	AFInet       = 2
 	AFInet6      = 10
 	UDPHeaderLen = 8

@@ -23,8 +23,9 @@ type xdpfabXdpfabAddr struct {
 
 type xdpfabXdpfabAuthkeyVal struct {
 	_      structs.HostLayout
+	UserId uint64
 	Len    uint32
-	Refcnt uint32
+	Value  uint32
 	Key    [64]uint8
 }
 
@@ -43,7 +44,7 @@ type xdpfabXdpfabAvMeta struct {
 	AddrFormat uint32
 	RxCtxBits  uint32
 	Count      uint32
-	Opens      uint32
+	OwnerPid   uint32
 	Name       [48]uint8
 }
 
@@ -52,8 +53,9 @@ type xdpfabXdpfabAvVal struct {
 	FiAddr  uint64
 	UserId  uint64
 	Group   uint32
-	AuthKey uint16
-	Flags   uint16
+	AuthKey uint32
+	Flags   uint32
+	Pad     uint32
 }
 
 type xdpfabXdpfabEpKey struct {
@@ -68,9 +70,10 @@ type xdpfabXdpfabEpVal struct {
 	XskBase uint32
 	RxCtxs  uint16
 	Queues  uint16
-	AuthKey uint16
 	Policy  uint8
 	Flags   uint8
+	Pad     uint16
+	AuthKey uint32
 }
 
 type xdpfabXdpfabHdr struct {
@@ -113,8 +116,9 @@ type xdpfabXdpfabRevVal struct {
 	Addr    xdpfabXdpfabAddr
 	Refcnt  uint32
 	Group   uint32
-	AuthKey uint16
-	Flags   uint16
+	AuthKey uint32
+	Flags   uint32
+	_       [4]byte
 }
 
 // Names of all BPF objects in the ELF.

@@ -35,7 +35,11 @@ enum xdpfab_policy {
 /* xdpfab_meta.flags */
 #define XDPFAB_META_KNOWN 0x0001      /* source found: fi_addr/user_id valid */
 #define XDPFAB_META_SOURCE_ERR 0x0002 /* unknown source under POLICY_SOURCE_ERR */
+#define XDPFAB_META_USER_ID 0x0004    /* report user_id in place of fi_addr */
 #define XDPFAB_META_VERSION 1
+
+/* xdpfab_av_val.flags / xdpfab_rev_val.flags */
+#define XDPFAB_AVF_USER_ID 0x0001 /* completions report user_id */
 
 /* Address families, as in Linux. */
 #define XDPFAB_AF_INET 2

@@ -26,8 +26,9 @@ struct xdpfab_av_val {
 	__u64 fi_addr;  /* the AV index */
 	__u64 user_id;  /* FI_AV_USER_ID id, FI_ADDR_NOTAVAIL when unset */
 	__u32 group;    /* peer group (fi_group_addr) */
-	__u16 auth_key; /* auth-key handle the entry is bound to, 0 = none */
-	__u16 flags;
+	__u32 auth_key; /* auth key value the entry is bound to, 0 = none */
+	__u32 flags;    /* XDPFAB_AVF_* */
+	__u32 pad;
 };
 
 /* Endpoint table key: a local address/port. An all-zero addr is the
@@ -43,9 +44,10 @@ struct xdpfab_ep_val {
 	__u32 xsk_base; /* first XSKMAP slot of this endpoint */
 	__u16 rx_ctxs;  /* receive contexts (>= 1) */
 	__u16 queues;   /* rx queues listened on (>= 1) */
-	__u16 auth_key; /* only sources bound to this key are known; 0 = any */
 	__u8 policy;    /* enum xdpfab_policy */
 	__u8 flags;
+	__u16 pad;
+	__u32 auth_key; /* only sources bound to this key value are known; 0 = any */
 };
 
 /* Reverse AV table key: (AV, index). */
@@ -59,10 +61,10 @@ struct xdpfab_rev_key {
 struct xdpfab_rev_val {
 	__u64 user_id;
 	struct xdpfab_addr addr;
-	__u32 refcnt;
+	__u32 refcnt;   /* duplicate inserts still to be removed */
 	__u32 group;
-	__u16 auth_key;
-	__u16 flags;
+	__u32 auth_key; /* handle in xdpfab_authkey (+1), 0 = none */
+	__u32 flags;    /* XDPFAB_AVF_* */
 };
 
 /* Per-AV attributes (array indexed by av_id; slot 0 is never used). */
@@ -73,15 +75,16 @@ struct xdpfab_av_meta {
 	__u32 type;       /* FI_AV_MAP / FI_AV_TABLE */
 	__u32 addr_format;
 	__u32 rx_ctx_bits;
-	__u32 count;      /* count hint given at open */
-	__u32 opens;      /* live opens (named AVs) */
+	__u32 count;      /* count hint at open; slot 0: AV entries reserved, all AVs */
+	__u32 owner_pid;  /* anonymous AVs: the process that opened it */
 	__u8 name[48];    /* NUL-terminated; "" = anonymous */
 };
 
 /* Auth key table (key: xdpfab_rev_key with index = handle). */
 struct xdpfab_authkey_val {
+	__u64 user_id; /* FI_AV_USER_ID id of the key (FI_SOURCE_ERR events) */
 	__u32 len;
-	__u32 refcnt; /* addresses bound to the key */
+	__u32 value;   /* the key as carried on the wire and in xdpfab_av_val */
 	__u8 key[64];
 };
 

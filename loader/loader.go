@@ -55,6 +55,7 @@ type Dataplane struct {
 	pinned  bool
 	mu      sync.Mutex // serialises users of lockDir within the process
 	lockDir *os.File   // the pin root, flock'ed for cross-process changes
+	pool    int        // AV entries reserved by this process, unused (capacity.go)
 	rest    []*ebpf.Map
 }
 
@@ -148,6 +149,11 @@ func loadError(err error) error {
 
 // Close releases this process's handles. Pinned objects stay.
 func (d *Dataplane) Close() error {
+	if d.pool > 0 && d.AVMeta != nil {
+		unlock := d.Lock()
+		d.returnPool(d.pool)
+		unlock()
+	}
 	var errs []error
 	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats} {
 		if c != nil {

@@ -1,0 +1,118 @@
+package av
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Type is the AV type (enum fi_av_type).
+type Type int
+
+// AV types with libfabric's values. MAP behaves as TABLE: dense indices.
+const (
+	TypeUnspec Type = 0
+	TypeMap    Type = 1
+	TypeTable  Type = 2
+)
+
+func (t Type) String() string {
+	switch t {
+	case TypeUnspec:
+		return "FI_AV_UNSPEC"
+	case TypeMap:
+		return "FI_AV_MAP"
+	case TypeTable:
+		return "FI_AV_TABLE"
+	}
+	return fmt.Sprintf("av_type(%d)", int(t))
+}
+
+// Attr is struct fi_av_attr plus the domain's address format.
+type Attr struct {
+	// Type: UNSPEC is answered with the type chosen (TABLE).
+	Type Type
+	// RxCtxBits reserved in fi_addr for receive contexts (fi_rx_addr).
+	RxCtxBits int
+	// Count is a sizing hint; the AV grows past it.
+	Count int
+	// EPPerNode is a sizing hint, accepted and unused.
+	EPPerNode int
+	// Name opens or creates a named AV shared by the processes of the
+	// node that share the dataplane's pins. At most MaxNameLen bytes.
+	Name string
+	// MapAddr is reported back as 0 for named AVs: fi_addr values are
+	// identical in every process regardless.
+	MapAddr uint64
+	// Flags: fi.EVENT, fi.READ, fi.SYMMETRIC, fi.AV_USER_ID.
+	Flags fi.Flags
+	// AddrFormat of inserted addresses; UNSPEC accepts both families.
+	AddrFormat fi.AddrFormat
+	// LookupHost resolves host names for InsertSvc/InsertSym. Nil uses
+	// the system resolver.
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// Limits.
+const (
+	// MaxNameLen bounds Attr.Name (the map field holds 48 bytes with NUL).
+	MaxNameLen = 47
+	// MaxIndex is the largest AV index. Bit 31 marks auth-key handles.
+	MaxIndex = 1<<31 - 1
+	// MaxRxCtxBits leaves 32 bits of index under the receive context bits.
+	MaxRxCtxBits = 16
+	// AuthKeySize is the size of an xdpfab auth key: a 32-bit value,
+	// big endian, carried in the wire header. Zero is not a key.
+	AuthKeySize = 4
+	// MaxAuthKeys per AV.
+	MaxAuthKeys = 64
+)
+
+const openFlags = fi.EVENT | fi.READ | fi.SYMMETRIC | fi.AV_USER_ID
+
+func (a *Attr) validate() error {
+	switch a.Type {
+	case TypeUnspec, TypeMap, TypeTable:
+	default:
+		return fmt.Errorf("av open: type %d: %w", int(a.Type), fi.EINVAL)
+	}
+	if bad := a.Flags &^ openFlags; bad != 0 {
+		return fmt.Errorf("av open: unsupported flags %v: %w", bad, fi.EINVAL)
+	}
+	if a.Flags&fi.READ != 0 && a.Name == "" {
+		return fmt.Errorf("av open: FI_READ needs a named AV: %w", fi.EINVAL)
+	}
+	if a.RxCtxBits < 0 || a.RxCtxBits > MaxRxCtxBits {
+		return fmt.Errorf("av open: rx_ctx_bits %d outside 0..%d: %w", a.RxCtxBits, MaxRxCtxBits, fi.EINVAL)
+	}
+	if a.Count < 0 || a.EPPerNode < 0 {
+		return fmt.Errorf("av open: negative count or ep_per_node: %w", fi.EINVAL)
+	}
+	if len(a.Name) > MaxNameLen {
+		return fmt.Errorf("av open: name of %d bytes, at most %d: %w", len(a.Name), MaxNameLen, fi.EINVAL)
+	}
+	for i := 0; i < len(a.Name); i++ {
+		if a.Name[i] == 0 {
+			return fmt.Errorf("av open: name contains NUL: %w", fi.EINVAL)
+		}
+	}
+	switch a.AddrFormat {
+	case fi.FormatUnspec, fi.FormatSockaddr, fi.FormatSockaddrIn, fi.FormatSockaddrIn6, fi.FormatStr:
+	default:
+		return fmt.Errorf("av open: address format %v: %w", a.AddrFormat, fi.EINVAL)
+	}
+	return nil
+}
+
+// familyOK reports whether the AV's format admits ap's family.
+func (a *Attr) familyOK(ap netip.AddrPort) bool {
+	switch a.AddrFormat {
+	case fi.FormatSockaddrIn:
+		return ap.Addr().Unmap().Is4()
+	case fi.FormatSockaddrIn6:
+		return ap.Addr().Is6() && !ap.Addr().Is4In6()
+	}
+	return true
+}

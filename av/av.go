@@ -1,0 +1,391 @@
+package av
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// entry is one in-use AV index, as cached from the reverse table.
+type entry struct {
+	addr    bpf.Addr
+	userID  uint64
+	refcnt  uint32 // 0: the index is free
+	authKey uint32 // auth-key handle + 1, 0 = none
+	flags   uint32 // bpf.AVF*
+}
+
+// authKey is one auth-key handle.
+type authKey struct {
+	value  uint32 // 0: the handle is free
+	userID uint64
+	key    []byte
+	inUse  int // endpoints enabled with the key, this process
+}
+
+// AV is an open address vector. Its methods are safe for concurrent use.
+type AV struct {
+	dp       *loader.Dataplane
+	id       uint32
+	attr     Attr
+	shared   bool // named: other processes may change it
+	readOnly bool
+
+	// Guarded by dp.Lock(). The cache of the reverse table.
+	gen     uint64
+	entries []entry
+	byAddr  map[bpf.Addr]uint32
+	free    idxHeap
+	keys    []authKey
+	pending batch // FI_MORE inserts not yet written (private AVs only)
+	eq      *EventQueue
+	closed  bool
+
+	bound atomic.Int32 // endpoints bound
+}
+
+// maxPending bounds FI_MORE deferral; past it the batch is written.
+const maxPending = 4096
+
+// Open opens an address vector on dp (fi_av_open). attr.Type UNSPEC is
+// replaced by the type chosen. A named AV is created unless it exists; with
+// fi.READ it must exist and is opened read-only.
+func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
+	if dp == nil || attr == nil {
+		return nil, fmt.Errorf("av open: nil dataplane or attributes: %w", fi.EINVAL)
+	}
+	if err := attr.validate(); err != nil {
+		return nil, err
+	}
+	a := &AV{dp: dp, attr: *attr, byAddr: make(map[bpf.Addr]uint32, attr.Count)}
+	if a.attr.Type == TypeUnspec {
+		a.attr.Type = TypeTable
+	}
+	if a.attr.AddrFormat == fi.FormatUnspec {
+		a.attr.AddrFormat = fi.FormatSockaddr
+	}
+	a.attr.MapAddr = 0
+	a.entries = make([]entry, 0, attr.Count)
+	a.readOnly = attr.Flags&fi.READ != 0
+	a.shared = attr.Name != ""
+
+	unlock := dp.Lock()
+	defer unlock()
+	metas, err := a.readMetas()
+	if err != nil {
+		return nil, err
+	}
+	if a.shared {
+		for id, m := range metas {
+			if m.InUse != 0 && cstr(m.Name[:]) == attr.Name {
+				return a.adopt(uint32(id), m, attr)
+			}
+		}
+		if a.readOnly {
+			return nil, fmt.Errorf("av open %q read-only: no such AV: %w", attr.Name, fi.ENOENT)
+		}
+	}
+	for id := 1; id < len(metas); id++ {
+		if metas[id].InUse == 0 {
+			return a.create(uint32(id), attr)
+		}
+	}
+	return nil, fmt.Errorf("av open: all %d AV slots in use: %w", len(metas)-1, fi.ENOSPC)
+}
+
+func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
+	m := bpf.AVMeta{
+		InUse: 1, Type: uint32(a.attr.Type), Flags: uint64(a.attr.Flags &^ (fi.EVENT | fi.READ)),
+		AddrFormat: uint32(a.attr.AddrFormat), RxCtxBits: uint32(a.attr.RxCtxBits),
+		Count: uint32(min(a.attr.Count, 1<<31)), Generation: 1,
+	}
+	if !a.shared {
+		m.OwnerPid = uint32(os.Getpid())
+	}
+	copy(m.Name[:], a.attr.Name)
+	if err := a.dp.AVMeta.Put(id, &m); err != nil {
+		return nil, fmt.Errorf("av open: write AV slot %d: %w", id, err)
+	}
+	a.id, a.gen = id, m.Generation
+	attr.Type, attr.AddrFormat, attr.MapAddr = a.attr.Type, a.attr.AddrFormat, 0
+	return a, nil
+}
+
+// adopt opens an existing named AV, whose attributes win over attr's, but
+// for the per-opener flags (FI_EVENT, FI_READ).
+func (a *AV) adopt(id uint32, m bpf.AVMeta, attr *Attr) (*AV, error) {
+	const shape = fi.AV_USER_ID | fi.SYMMETRIC
+	if fi.Flags(m.Flags)&shape != attr.Flags&shape {
+		return nil, fmt.Errorf("av open %q: exists with flags %v, asked for %v: %w",
+			attr.Name, fi.Flags(m.Flags)&shape, attr.Flags&shape, fi.EINVAL)
+	}
+	if attr.RxCtxBits != int(m.RxCtxBits) {
+		return nil, fmt.Errorf("av open %q: exists with rx_ctx_bits %d: %w", attr.Name, m.RxCtxBits, fi.EINVAL)
+	}
+	if f := fi.AddrFormat(m.AddrFormat); attr.AddrFormat != fi.FormatUnspec && attr.AddrFormat != f {
+		return nil, fmt.Errorf("av open %q: exists with address format %v: %w", attr.Name, f, fi.EINVAL)
+	}
+	a.id = id
+	a.attr.Type = Type(m.Type)
+	a.attr.AddrFormat = fi.AddrFormat(m.AddrFormat)
+	if err := a.load(m); err != nil {
+		return nil, err
+	}
+	attr.Type, attr.AddrFormat, attr.MapAddr = a.attr.Type, a.attr.AddrFormat, 0
+	return a, nil
+}
+
+func (a *AV) readMetas() ([]bpf.AVMeta, error) {
+	n := int(a.dp.AVMeta.MaxEntries())
+	keys := make([]uint32, n)
+	metas := make([]bpf.AVMeta, n)
+	var cursor ebpf.MapBatchCursor
+	got, err := a.dp.AVMeta.BatchLookup(&cursor, keys, metas, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, fmt.Errorf("av open: read AV slots: %w", err)
+	}
+	out := make([]bpf.AVMeta, n)
+	for i := range got {
+		out[keys[i]] = metas[i]
+	}
+	return out, nil
+}
+
+// ID is the AV's id in the dataplane maps (xdpfab_ep_val.av_id).
+func (a *AV) ID() uint32 { return a.id }
+
+// Attr returns the attributes the AV was opened with, as resolved.
+func (a *AV) Attr() Attr { return a.attr }
+
+// BindEndpoint records an endpoint using the AV: Close fails with EBUSY
+// until the matching UnbindEndpoint.
+func (a *AV) BindEndpoint() error {
+	unlock := a.dp.Lock()
+	defer unlock()
+	if a.closed {
+		return fmt.Errorf("av bind endpoint: %w", fi.EOPBADSTATE)
+	}
+	a.bound.Add(1)
+	return nil
+}
+
+// UnbindEndpoint undoes BindEndpoint.
+func (a *AV) UnbindEndpoint() {
+	if a.bound.Add(-1) < 0 {
+		a.bound.Add(1)
+	}
+}
+
+// Close closes the AV (fi_close). It fails with EBUSY while endpoints are
+// bound. An anonymous AV's entries are removed from the maps (forward map
+// first, so XDP stops translating before indices are freed); a named AV's
+// entries stay for the other processes and later opens (see Destroy).
+// Closing a closed AV returns nil.
+func (a *AV) Close() error {
+	unlock := a.dp.Lock()
+	defer unlock()
+	if a.closed {
+		return nil
+	}
+	if n := a.bound.Load(); n > 0 {
+		return fmt.Errorf("av close: %d endpoint(s) still bound: %w", n, fi.EBUSY)
+	}
+	if err := a.flushLocked(); err != nil {
+		return fmt.Errorf("av close: %w", err)
+	}
+	if !a.shared {
+		if err := a.destroyLocked(); err != nil {
+			return fmt.Errorf("av close: %w", err)
+		}
+	}
+	a.closed = true
+	if a.eq != nil {
+		a.eq.unbind()
+	}
+	return nil
+}
+
+// Destroy removes the named AV name and all its entries from dp. Processes
+// that have it open see EOPBADSTATE on their next call.
+func Destroy(dp *loader.Dataplane, name string) error {
+	a, err := Open(dp, &Attr{Name: name, Flags: fi.READ})
+	if err != nil {
+		return fmt.Errorf("av destroy %q: %w", name, err)
+	}
+	unlock := dp.Lock()
+	defer unlock()
+	a.closed = true
+	return a.destroyLocked()
+}
+
+// destroyLocked deletes every entry, every auth key and the AV's slot.
+func (a *AV) destroyLocked() error {
+	var fk []bpf.AVKey
+	var rk []bpf.RevKey
+	for i := range a.entries {
+		if e := &a.entries[i]; e.refcnt > 0 {
+			fk = append(fk, bpf.AVKey{AvId: a.id, Src: e.addr})
+			rk = append(rk, bpf.RevKey{AvId: a.id, Index: uint32(i)})
+		}
+	}
+	if err := batchDelete(a.dp.AV, fk); err != nil {
+		return err
+	}
+	if err := batchDelete(a.dp.AVRev, rk); err != nil {
+		return err
+	}
+	var kk []bpf.RevKey
+	for h := range a.keys {
+		if a.keys[h].value != 0 {
+			kk = append(kk, bpf.RevKey{AvId: a.id, Index: uint32(h)})
+		}
+	}
+	if err := batchDelete(a.dp.AuthKey, kk); err != nil {
+		return err
+	}
+	a.dp.ReleaseAVEntries(len(fk))
+	a.entries, a.byAddr, a.free, a.keys = nil, map[bpf.Addr]uint32{}, nil, nil
+	return a.dp.AVMeta.Put(a.id, &bpf.AVMeta{})
+}
+
+// begin is the prologue of every call: it checks the AV is usable and, for
+// a named AV, re-reads it when another process changed it. The caller holds
+// the dataplane lock.
+func (a *AV) begin(write bool) error {
+	if a.closed {
+		return fi.EOPBADSTATE
+	}
+	if write && a.readOnly {
+		return fmt.Errorf("AV %q opened read-only (FI_READ): %w", a.attr.Name, fi.EACCES)
+	}
+	if !a.shared {
+		return nil
+	}
+	var m bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
+		return fmt.Errorf("read AV slot: %w", err)
+	}
+	if m.InUse == 0 || cstr(m.Name[:]) != a.attr.Name {
+		a.closed = true
+		return fmt.Errorf("AV %q was destroyed: %w", a.attr.Name, fi.EOPBADSTATE)
+	}
+	if m.Generation == a.gen {
+		return nil
+	}
+	return a.load(m)
+}
+
+// commit publishes a change of a named AV to the other processes.
+func (a *AV) commit() error {
+	if !a.shared {
+		return nil
+	}
+	var m bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
+		return err
+	}
+	m.Generation++
+	if err := a.dp.AVMeta.Put(a.id, &m); err != nil {
+		return err
+	}
+	a.gen = m.Generation
+	return nil
+}
+
+// load rebuilds the cache from the reverse and auth-key tables.
+func (a *AV) load(m bpf.AVMeta) error {
+	a.entries = a.entries[:0]
+	clear(a.byAddr)
+	a.free = a.free[:0]
+	a.keys = a.keys[:0]
+	err := forEach(a.dp.AVRev, func(k bpf.RevKey, v bpf.RevVal) {
+		if k.AvId != a.id {
+			return
+		}
+		for uint32(len(a.entries)) <= k.Index {
+			a.entries = append(a.entries, entry{})
+		}
+		a.entries[k.Index] = entry{addr: v.Addr, userID: v.UserId, refcnt: v.Refcnt, authKey: v.AuthKey, flags: v.Flags}
+		a.byAddr[v.Addr] = k.Index
+	})
+	if err != nil {
+		return fmt.Errorf("read AV %d: %w", a.id, err)
+	}
+	for i := range a.entries {
+		if a.entries[i].refcnt == 0 {
+			a.free.push(uint32(i))
+		}
+	}
+	err = forEach(a.dp.AuthKey, func(k bpf.RevKey, v bpf.AuthKeyVal) {
+		if k.AvId != a.id {
+			return
+		}
+		for uint32(len(a.keys)) <= k.Index {
+			a.keys = append(a.keys, authKey{})
+		}
+		a.keys[k.Index] = authKey{value: v.Value, userID: v.UserId, key: append([]byte(nil), v.Key[:min(v.Len, uint32(len(v.Key)))]...)}
+	})
+	if err != nil {
+		return fmt.Errorf("read AV %d auth keys: %w", a.id, err)
+	}
+	a.gen = m.Generation
+	return nil
+}
+
+// forEach visits every element of a hash map in batches.
+func forEach[K, V any](m *ebpf.Map, fn func(K, V)) error {
+	const chunk = 4096
+	keys := make([]K, chunk)
+	vals := make([]V, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			fn(keys[i], vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func batchDelete[K any](m *ebpf.Map, keys []K) error {
+	for len(keys) > 0 {
+		n, err := m.BatchDelete(keys, nil)
+		if err != nil {
+			return fmt.Errorf("delete from %s: %w", m, err)
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+func batchUpdate[K, V any](m *ebpf.Map, keys []K, vals []V) (int, error) {
+	done := 0
+	for done < len(keys) {
+		n, err := m.BatchUpdate(keys[done:], vals[done:], nil)
+		done += n
+		if err != nil {
+			return done, fmt.Errorf("write %s: %w", m, err)
+		}
+	}
+	return done, nil
+}
+
+func cstr(b []uint8) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,116 @@
+package av
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// EventType is an event queue event (enum fi_eq_event).
+type EventType uint32
+
+// AVComplete is FI_AV_COMPLETE: an FI_EVENT insert finished.
+const AVComplete EventType = 5
+
+// Event is an entry of an EventQueue: a completion (Err == 0: Data is the
+// number of addresses inserted) or an error (Data is the index of the
+// failed address in the insert call, Err its errno).
+type Event struct {
+	Type    EventType
+	Context any
+	Data    uint64
+	Err     fi.Errno
+}
+
+// EventQueue is the minimal event queue of the deprecated FI_EVENT mode
+// (fi_eq(3) reduced to what AV inserts report). Safe for concurrent use.
+type EventQueue struct {
+	mu     sync.Mutex
+	events []Event
+	bound  int
+}
+
+// NewEventQueue returns an empty queue.
+func NewEventQueue() *EventQueue { return &EventQueue{} }
+
+// Bind binds eq to the AV (fi_av_bind). flags must be 0.
+func (a *AV) Bind(eq *EventQueue, flags fi.Flags) error {
+	unlock := a.dp.Lock()
+	defer unlock()
+	switch {
+	case a.closed:
+		return fmt.Errorf("av bind: %w", fi.EOPBADSTATE)
+	case eq == nil:
+		return fmt.Errorf("av bind: nil event queue: %w", fi.EINVAL)
+	case flags != 0:
+		return fmt.Errorf("av bind: flags %v must be 0: %w", flags, fi.EINVAL)
+	case a.eq != nil:
+		return fmt.Errorf("av bind: an event queue is already bound: %w", fi.EBUSY)
+	}
+	eq.mu.Lock()
+	eq.bound++
+	eq.mu.Unlock()
+	a.eq = eq
+	return nil
+}
+
+func (q *EventQueue) unbind() {
+	q.mu.Lock()
+	q.bound--
+	q.mu.Unlock()
+}
+
+// postInsert queues one error event per failed element, then the
+// completion: all errors of an insert precede its completion.
+func (q *EventQueue) postInsert(ctx any, errnos []fi.Errno, n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, e := range errnos {
+		if e != 0 {
+			q.events = append(q.events, Event{Type: AVComplete, Context: ctx, Data: uint64(i), Err: e})
+		}
+	}
+	q.events = append(q.events, Event{Type: AVComplete, Context: ctx, Data: uint64(n)})
+}
+
+// Read pops the next completion. It fails with EAGAIN when the queue is
+// empty and with EAVAIL when the next event is an error (use ReadErr).
+func (q *EventQueue) Read() (Event, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.events) == 0 {
+		return Event{}, fmt.Errorf("eq read: %w", fi.EAGAIN)
+	}
+	if q.events[0].Err != 0 {
+		return Event{}, fmt.Errorf("eq read: %w", fi.EAVAIL)
+	}
+	return q.pop(), nil
+}
+
+// ReadErr pops the next event if it is an error, else fails with EAGAIN.
+func (q *EventQueue) ReadErr() (Event, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.events) == 0 || q.events[0].Err == 0 {
+		return Event{}, fmt.Errorf("eq readerr: %w", fi.EAGAIN)
+	}
+	return q.pop(), nil
+}
+
+func (q *EventQueue) pop() Event {
+	ev := q.events[0]
+	q.events[0] = Event{}
+	q.events = q.events[1:]
+	return ev
+}
+
+// Close closes the queue; it fails with EBUSY while an AV is bound to it.
+func (q *EventQueue) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.bound > 0 {
+		return fmt.Errorf("eq close: %d AV(s) bound: %w", q.bound, fi.EBUSY)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package av
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Lookup copies the address at fiAddr into buf (fi_av_lookup) and returns
+// the address's full size, which may exceed len(buf): truncation is not an
+// error. The format is the AV's: a raw sockaddr_in/sockaddr_in6, or for
+// FI_ADDR_STR a NUL-terminated string. An unused, removed or out-of-range
+// fi_addr fails with EINVAL.
+func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
+	ap, err := a.LookupAddr(fiAddr)
+	if err != nil {
+		return 0, err
+	}
+	var tmp [64]byte
+	raw := a.encode(tmp[:0], ap)
+	copy(buf, raw)
+	return len(raw), nil
+}
+
+// LookupAddr returns the address at fiAddr.
+func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
+	unlock := a.dp.Lock()
+	defer unlock()
+	if err := a.begin(false); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("av lookup: %w", err)
+	}
+	idx, ok := a.index(fiAddr)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("av lookup: fi_addr %v is not in the AV: %w", fiAddr, fi.EINVAL)
+	}
+	return a.entries[idx].addr.AddrPort(), nil
+}
+
+func (a *AV) encode(dst []byte, ap netip.AddrPort) []byte {
+	if a.attr.AddrFormat == fi.FormatStr {
+		return append(append(dst, fi.FormatAddrStr(ap)...), 0)
+	}
+	return fi.EncodeSockaddr(dst, ap)
+}
+
+// StrAddr writes addr (in the AV's format; it need not be in the AV) into
+// buf as a NUL-terminated string (fi_av_straddr), truncating to len(buf),
+// and returns the length needed including the NUL.
+func (a *AV) StrAddr(addr []byte, buf []byte) (int, error) {
+	var ap netip.AddrPort
+	var err error
+	if a.attr.AddrFormat == fi.FormatStr {
+		ap, err = fi.ParseAddrStr(cstr(addr))
+	} else {
+		ap, err = fi.DecodeSockaddr(addr)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("av straddr: %w", err)
+	}
+	s := fi.FormatAddrStr(ap)
+	if len(buf) > 0 {
+		n := copy(buf[:len(buf)-1], s)
+		buf[n] = 0
+	}
+	return len(s) + 1, nil
+}
+
+// Len returns the number of addresses in the AV.
+func (a *AV) Len() (int, error) {
+	unlock := a.dp.Lock()
+	defer unlock()
+	if err := a.begin(false); err != nil {
+		return 0, fmt.Errorf("av len: %w", err)
+	}
+	return len(a.byAddr), nil
+}
+
+// Entry describes one address of the AV (for listings).
+type Entry struct {
+	Addr    fi.Addr
+	Peer    netip.AddrPort
+	UserID  fi.Addr
+	Refs    uint32
+	AuthKey fi.Addr // fi.AddrNotAvail when not bound to a key
+}
+
+// Entries returns every address of the AV in index order.
+func (a *AV) Entries() ([]Entry, error) {
+	unlock := a.dp.Lock()
+	defer unlock()
+	if err := a.begin(false); err != nil {
+		return nil, fmt.Errorf("av entries: %w", err)
+	}
+	out := make([]Entry, 0, len(a.byAddr))
+	for i := range a.entries {
+		e := &a.entries[i]
+		if e.refcnt == 0 {
+			continue
+		}
+		ak := fi.AddrNotAvail
+		if e.authKey != 0 {
+			ak = keyAddr(e.authKey - 1)
+		}
+		out = append(out, Entry{Addr: fi.Addr(i), Peer: e.addr.AddrPort(), UserID: fi.Addr(e.userID), Refs: e.refcnt, AuthKey: ak})
+	}
+	return out, nil
+}
+
+// SetUserID sets the user ID reported in completions for fiAddr
+// (fi_av_set_user_id); the AV must have been opened with fi.AV_USER_ID.
+// With fi.AUTH_KEY, fiAddr is an auth-key handle and the ID is the one
+// reported for unknown sources of that key.
+func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
+	unlock := a.dp.Lock()
+	defer unlock()
+	if a.attr.Flags&fi.AV_USER_ID == 0 {
+		return fmt.Errorf("av set_user_id: AV opened without FI_AV_USER_ID: %w", fi.EINVAL)
+	}
+	if bad := flags &^ fi.AUTH_KEY; bad != 0 {
+		return fmt.Errorf("av set_user_id: flags %v not supported: %w", bad, fi.EINVAL)
+	}
+	if err := a.begin(true); err != nil {
+		return fmt.Errorf("av set_user_id: %w", err)
+	}
+	if err := a.flushLocked(); err != nil {
+		return fmt.Errorf("av set_user_id: %w", err)
+	}
+	if flags&fi.AUTH_KEY != 0 {
+		h, ok := a.keyHandle(fiAddr)
+		if !ok {
+			return fmt.Errorf("av set_user_id: %v is not an auth key of the AV: %w", fiAddr, fi.EINVAL)
+		}
+		k := a.keys[h]
+		k.userID = uint64(userID)
+		if err := a.putKey(h, &k); err != nil {
+			return fmt.Errorf("av set_user_id: %w", err)
+		}
+		a.keys[h] = k
+		return a.commit()
+	}
+	idx, ok := a.index(fiAddr)
+	if !ok {
+		return fmt.Errorf("av set_user_id: fi_addr %v is not in the AV: %w", fiAddr, fi.EINVAL)
+	}
+	e := &a.entries[idx]
+	old := *e
+	e.userID = uint64(userID)
+	a.pending.prior = append(a.pending.prior, priorEntry{idx, old})
+	a.stage(idx, true)
+	if err := a.flushLocked(); err != nil {
+		return fmt.Errorf("av set_user_id: %w", err)
+	}
+	return nil
+}
