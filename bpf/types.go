@@ -207,3 +207,14 @@ func ParseMeta(b []byte) (m Meta, ok bool) {
 	m.RxCtx = b[30]
 	return m, m.Version == MetaVersion
 }
+
+// XDPMD is struct xdp_md, the context of BPF_PROG_TEST_RUN for XDP: set
+// IngressIfindex and RxQueueIndex to run as if the frame arrived there.
+type XDPMD struct {
+	Data           uint32
+	DataEnd        uint32
+	DataMeta       uint32
+	IngressIfindex uint32
+	RxQueueIndex   uint32
+	EgressIfindex  uint32
+}

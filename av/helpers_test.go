@@ -1,0 +1,169 @@
+package av_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/internal/xdptest"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// newDP loads a private dataplane (nothing pinned) for one test.
+func newDP(tb testing.TB, entries uint32) *loader.Dataplane {
+	tb.Helper()
+	testutil.RequirePrivileged(tb)
+	dp, err := loader.Load(loader.Config{AVEntries: entries, MaxAVs: 64})
+	if err != nil {
+		tb.Fatalf("load dataplane: %v", err)
+	}
+	tb.Cleanup(func() { dp.Close() })
+	return dp
+}
+
+func openAV(tb testing.TB, dp *loader.Dataplane, attr av.Attr) *av.AV {
+	tb.Helper()
+	a, err := av.Open(dp, &attr)
+	if err != nil {
+		tb.Fatalf("av.Open(%+v): %v", attr, err)
+	}
+	tb.Cleanup(func() { a.Close() })
+	return a
+}
+
+// peer returns 198.18.<i/250>.<i%250+1>:5000+i%7, distinct for i < 62500.
+func peer(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i / 250), byte(i%250 + 1)}), uint16(5000+i%7))
+}
+
+func peer6(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 1, 14: byte(i >> 8), 15: byte(i)}), uint16(6000+i%5))
+}
+
+func peers(from, n int) []netip.AddrPort {
+	out := make([]netip.AddrPort, n)
+	for i := range out {
+		out[i] = peer(from + i)
+	}
+	return out
+}
+
+func notAvail(n int) []fi.Addr {
+	out := make([]fi.Addr, n)
+	for i := range out {
+		out[i] = fi.AddrNotAvail
+	}
+	return out
+}
+
+// wantXDP checks what the XDP program translates src to now: want is the
+// index, or fi.AddrNotAvail for "unknown source".
+func wantXDP(tb testing.TB, dp *loader.Dataplane, a *av.AV, src netip.AddrPort, want fi.Addr) bpf.Meta {
+	tb.Helper()
+	m, known, err := xdptest.Translate(dp, a.ID(), src)
+	if err != nil {
+		tb.Fatalf("translate %s: %v", src, err)
+	}
+	switch {
+	case want == fi.AddrNotAvail && known:
+		tb.Errorf("XDP translates %s to %d, want unknown source", src, m.FiAddr)
+	case want != fi.AddrNotAvail && !known:
+		tb.Errorf("XDP does not know %s, want fi_addr %d", src, want)
+	case want != fi.AddrNotAvail && fi.Addr(m.FiAddr) != want:
+		tb.Errorf("XDP translates %s to %d, want %d", src, m.FiAddr, want)
+	}
+	return m
+}
+
+// mapState is every map entry belonging to an AV, to prove a call changed
+// nothing.
+type mapState struct {
+	fwd map[bpf.AVKey]bpf.AVVal
+	rev map[bpf.RevKey]bpf.RevVal
+	key map[bpf.RevKey]bpf.AuthKeyVal
+}
+
+func snapshot(tb testing.TB, dp *loader.Dataplane, id uint32) mapState {
+	tb.Helper()
+	s := mapState{map[bpf.AVKey]bpf.AVVal{}, map[bpf.RevKey]bpf.RevVal{}, map[bpf.RevKey]bpf.AuthKeyVal{}}
+	var fk bpf.AVKey
+	var fv bpf.AVVal
+	for it := dp.AV.Iterate(); it.Next(&fk, &fv); {
+		if fk.AvId == id {
+			s.fwd[fk] = fv
+		}
+	}
+	var rk bpf.RevKey
+	var rv bpf.RevVal
+	for it := dp.AVRev.Iterate(); it.Next(&rk, &rv); {
+		if rk.AvId == id {
+			s.rev[rk] = rv
+		}
+	}
+	var kv bpf.AuthKeyVal
+	for it := dp.AuthKey.Iterate(); it.Next(&rk, &kv); {
+		if rk.AvId == id {
+			s.key[rk] = kv
+		}
+	}
+	return s
+}
+
+func (s mapState) equal(o mapState) bool {
+	if len(s.fwd) != len(o.fwd) || len(s.rev) != len(o.rev) || len(s.key) != len(o.key) {
+		return false
+	}
+	for k, v := range s.fwd {
+		if o.fwd[k] != v {
+			return false
+		}
+	}
+	for k, v := range s.rev {
+		if o.rev[k] != v {
+			return false
+		}
+	}
+	for k, v := range s.key {
+		if o.key[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s mapState) String() string {
+	return fmt.Sprintf("%d forward, %d reverse, %d auth keys", len(s.fwd), len(s.rev), len(s.key))
+}
+
+// unchanged runs fn, which must fail with want, and checks the AV's maps
+// did not change.
+func unchanged(tb testing.TB, dp *loader.Dataplane, a *av.AV, want error, fn func() error) {
+	tb.Helper()
+	before := snapshot(tb, dp, a.ID())
+	err := fn()
+	if !errors.Is(err, want) {
+		tb.Errorf("got error %v, want %v", err, want)
+	}
+	if after := snapshot(tb, dp, a.ID()); !before.equal(after) {
+		tb.Errorf("failed call changed the maps: before %v, after %v", before, after)
+	}
+}
+
+func revEntry(tb testing.TB, dp *loader.Dataplane, a *av.AV, idx fi.Addr) (bpf.RevVal, bool) {
+	tb.Helper()
+	var v bpf.RevVal
+	err := dp.AVRev.Lookup(bpf.RevKey{AvId: a.ID(), Index: uint32(idx)}, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return v, false
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v, true
+}

@@ -1,0 +1,78 @@
+// Package xdptest runs xdpfab's XDP program through BPF_PROG_TEST_RUN for
+// tests and benchmarks: it answers "what would XDP translate this source
+// to right now", from the real program and the real maps.
+package xdptest
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/frame"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// Probe endpoints: local addresses no test host uses.
+var (
+	ProbeLocal4 = netip.MustParseAddrPort("198.19.255.254:47999")
+	ProbeLocal6 = netip.MustParseAddrPort("[2001:2:ffff::fe]:47999")
+)
+
+// Result is one test run of the program.
+type Result struct {
+	Verdict uint32
+	// Meta is valid when HasMeta: the program wrote metadata.
+	Meta    bpf.Meta
+	HasMeta bool
+	// Frame is the frame after the run (after the metadata).
+	Frame []byte
+}
+
+// Run feeds frame to the program once.
+func Run(dp *loader.Dataplane, f []byte) (Result, error) {
+	out := make([]byte, len(f)+256)
+	var ctxOut bpf.XDPMD
+	ret, err := dp.Program.Run(&ebpf.RunOptions{
+		Data: f, DataOut: out,
+		Context: bpf.XDPMD{DataEnd: uint32(len(f))}, ContextOut: &ctxOut,
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("test run: %w", err)
+	}
+	r := Result{Verdict: ret}
+	// The context's data offset is the metadata length in front of the frame.
+	metaLen := int(ctxOut.Data)
+	if metaLen >= bpf.MetaLen {
+		r.Meta, r.HasMeta = bpf.ParseMeta(out[metaLen-bpf.MetaLen : metaLen])
+	}
+	end := int(ctxOut.DataEnd)
+	if end > len(out) {
+		end = len(out)
+	}
+	r.Frame = out[metaLen:end]
+	return r, nil
+}
+
+// Translate installs a probe endpoint bound to AV avID (replacing any
+// previous probe), sends the program one datagram from src, and returns
+// the metadata it wrote. known is false when the source is not in the AV.
+func Translate(dp *loader.Dataplane, avID uint32, src netip.AddrPort) (m bpf.Meta, known bool, err error) {
+	local := ProbeLocal4
+	if !src.Addr().Unmap().Is4() {
+		local = ProbeLocal6
+	}
+	key := bpf.EPKey{Local: bpf.MakeAddr(local)}
+	if err := dp.EP.Put(key, bpf.EPVal{EpId: 0xfffe, AvId: avID, RxCtxs: 1, Queues: 1}); err != nil {
+		return m, false, fmt.Errorf("install probe endpoint: %w", err)
+	}
+	defer dp.EP.Delete(key)
+	r, err := Run(dp, frame.Build(frame.Spec{Src: src, Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}}))
+	if err != nil {
+		return m, false, err
+	}
+	if !r.HasMeta {
+		return m, false, fmt.Errorf("program wrote no metadata (verdict %d)", r.Verdict)
+	}
+	return r.Meta, r.Meta.Flags&bpf.MetaKnown != 0, nil
+}
