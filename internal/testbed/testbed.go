@@ -108,7 +108,7 @@ func build(opts Options, cleanup func(func())) (*Bed, error) {
 		opts.Hosts = 2
 	}
 	if opts.Hosts < 2 || opts.Hosts > 250 {
-		return nil, fmt.Errorf("Hosts %d out of range [2, 250]", opts.Hosts)
+		return nil, fmt.Errorf("%d hosts out of range [2, 250]", opts.Hosts)
 	}
 	if opts.RxQueues == 0 {
 		opts.RxQueues = 1

@@ -1,0 +1,68 @@
+// Package dataplane is xdpfab's AF_XDP layer: UMEM registration, the fill,
+// completion, RX and TX rings, and the socket calls around them, written
+// directly on golang.org/x/sys/unix.
+//
+// It moves frames between a device queue and user space and nothing more:
+// which socket an XDP program redirects to (XSKMAP contents), what the
+// metadata in front of a frame means, and how packets map to endpoints and
+// completions belong to the endpoint layer above (packages av and cq), and
+// loading the XDP program belongs to package loader.
+//
+// # Use
+//
+// One UMEM holds the packet frames of one or more sockets. Open binds a
+// socket to one device queue; the endpoint layer puts its FD into the
+// XSKMAP slot its XDP program redirects to:
+//
+//	umem, _ := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 4096})
+//	s, _ := dataplane.Open(ifindex, queue, umem, dataplane.SocketConfig{})
+//	_ = xsks.Update(uint32(queue), uint32(s.FD()), ebpf.UpdateAny)
+//	s.FillFree() // give the kernel frames to receive into
+//
+// Receive takes descriptors off the RX ring. A descriptor's frame belongs to
+// the caller until it is freed (UMEM.Free) or refilled (Fill). Metadata an
+// XDP program wrote with bpf_xdp_adjust_meta lies immediately before the
+// packet, in copy and in zero-copy mode: UMEM.Meta(desc.Addr, n) returns it.
+// To transmit, write a packet into a free frame (UMEM.Alloc, UMEM.Frame),
+// put its descriptor on the TX ring (Transmit), Kick, and later reclaim the
+// frame from the completion ring (Complete or CompleteFree).
+//
+// # Sharing a UMEM
+//
+// The first socket of a UMEM registers it with the kernel; later sockets
+// bind with XDP_SHARED_UMEM. Sockets of one UMEM bound to the same device
+// queue share that queue's fill and completion ring (the kernel has one
+// buffer pool per queue), which is how several endpoints share one queue
+// with the XDP program choosing among them. Sockets on other queues or
+// devices get a fill and completion ring of their own over the same frames.
+// A device queue can belong to only one UMEM at a time.
+//
+// # Costs
+//
+// Ring indices are atomics on the mmap'd rings (load-acquire and
+// store-release); each side caches the index the kernel owns and re-reads it
+// only when the cached value says the ring is full or empty. The batch calls
+// (Receive, Fill, FillFree, Transmit, Complete, CompleteFree, Alloc, Free)
+// allocate nothing and make no syscall, with two exceptions that the kernel
+// asks for: Kick's sendto when the TX ring has XDP_RING_NEED_WAKEUP set (in
+// copy mode, as on veth, that is every kick: copy-mode transmission runs
+// inside sendto, a bounded batch per call), and Receive's recvfrom when the
+// RX ring is empty and the fill ring asks for a wakeup (zero-copy drivers)
+// or busy polling is on. Poll blocks in poll(2).
+//
+// # Kernel behaviour worth knowing
+//
+//   - veth has no zero-copy support: BindAuto falls back to copy mode and
+//     logs the reason (EOPNOTSUPP); BindZeroCopy fails.
+//   - Closing a socket frees its device queue asynchronously: a new bind of
+//     the queue fails with EBUSY for roughly 10-25 ms. Open retries EBUSY for
+//     up to 200 ms, so close-and-reopen works; a queue held by a live socket
+//     still reports EBUSY.
+//   - Mapped rings keep a socket alive after close(2): Close unmaps every
+//     ring, and the UMEM's memory goes when its last user closes.
+//   - A UMEM is charged to RLIMIT_MEMLOCK unless the process has
+//     CAP_IPC_LOCK; registration then fails with ENOBUFS, reported as
+//     "UMEM larger than RLIMIT_MEMLOCK".
+//   - In copy mode a packet lands PacketHeadroom (256) bytes into its frame
+//     (plus UMEMConfig.Headroom); native and generic XDP both keep metadata.
+package dataplane

@@ -1,0 +1,103 @@
+package dataplane_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/dataplane"
+)
+
+// A receive loop: open a socket on queue 0, make the XDP program redirect
+// to it, keep the fill ring full, and read each packet with the 8 bytes of
+// metadata the program put in front of it.
+func ExampleOpen() {
+	const ifindex, queue = 2, 0
+	var xsks *ebpf.Map // the XSKMAP of the XDP program (package loader)
+
+	umem, err := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 4096})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer umem.Close()
+	s, err := dataplane.Open(ifindex, queue, umem, dataplane.SocketConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	if err := xsks.Update(uint32(queue), uint32(s.FD()), ebpf.UpdateAny); err != nil {
+		log.Fatal(err)
+	}
+	defer xsks.Delete(uint32(queue)) // runs before s.Close: defers run last in, first out
+
+	s.FillFree()
+	descs := make([]dataplane.Desc, 64)
+	for {
+		n := s.Receive(descs)
+		if n == 0 {
+			if _, err := s.Poll(time.Second); err != nil {
+				log.Fatal(err)
+			}
+			continue
+		}
+		for _, d := range descs[:n] {
+			meta := umem.Meta(d.Addr, 8)
+			pkt := umem.Packet(d)
+			fmt.Println(binary.NativeEndian.Uint64(meta), len(pkt))
+			umem.Free(d.Addr)
+		}
+		s.FillFree()
+	}
+}
+
+// Transmitting: copy packets into free frames, put them on the TX ring,
+// kick, and take the frames back once the kernel completes them.
+func ExampleSocket_Transmit() {
+	var s *dataplane.Socket // an open socket
+	var packets [][]byte    // Ethernet frames to send
+
+	umem := s.UMEM()
+	addrs := make([]uint64, len(packets))
+	descs := make([]dataplane.Desc, 0, len(packets))
+	n := umem.Alloc(addrs)
+	for i, a := range addrs[:n] {
+		descs = append(descs, dataplane.Desc{Addr: a, Len: uint32(copy(umem.Frame(a), packets[i]))})
+	}
+	sent := s.Transmit(descs)
+	umem.Free(addrs[sent:n]...) // the TX ring was full for these
+	if err := s.Kick(); err != nil {
+		log.Fatal(err)
+	}
+	for done := 0; done < sent; {
+		done += s.CompleteFree()
+		if s.TxPending() > 0 {
+			if err := s.Kick(); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+}
+
+// Two sockets on one queue share a UMEM and the queue's fill ring; the XDP
+// program picks a socket per packet through its XSKMAP.
+func ExampleOpen_sharedUMEM() {
+	const ifindex, queue = 2, 0
+	umem, err := dataplane.NewUMEM(dataplane.UMEMConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer umem.Close()
+	first, err := dataplane.Open(ifindex, queue, umem, dataplane.SocketConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer first.Close()
+	second, err := dataplane.Open(ifindex, queue, umem, dataplane.SocketConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer second.Close()
+	first.FillFree() // feeds both: the fill ring is the queue's
+}

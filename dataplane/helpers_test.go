@@ -1,0 +1,268 @@
+package dataplane_test
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"golang.org/x/sys/unix"
+)
+
+// The test XDP program writes metaLen bytes of metadata in front of every
+// packet (metaMagic, then the ingress ifindex, both host-endian u32) and
+// redirects it into the XSKMAP slot of its rx queue index, passing it to
+// the stack when the slot is empty.
+const (
+	metaLen   = 8
+	metaMagic = 0x78647066
+)
+
+// xdpMd mirrors struct xdp_md, the context of BPF_PROG_TEST_RUN for XDP.
+type xdpMd struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+type redirectProg struct {
+	prog *ebpf.Program
+	xsks *ebpf.Map
+}
+
+func newRedirectProg(tb testing.TB) redirectProg {
+	tb.Helper()
+	xsks, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name: "test_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: 16,
+	})
+	if err != nil {
+		tb.Fatalf("xskmap: %v", err)
+	}
+	tb.Cleanup(func() { xsks.Close() })
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		// bpf_xdp_adjust_meta(ctx, -metaLen)
+		asm.Mov.Imm(asm.R2, -metaLen),
+		asm.FnXdpAdjustMeta.Call(),
+		asm.JNE.Imm(asm.R0, 0, "redirect"),
+		// Packet pointers must be reloaded after the helper.
+		asm.LoadMem(asm.R2, asm.R6, 0, asm.Word), // ctx->data
+		asm.LoadMem(asm.R3, asm.R6, 8, asm.Word), // ctx->data_meta
+		asm.Mov.Reg(asm.R4, asm.R3),
+		asm.Add.Imm(asm.R4, metaLen),
+		asm.JGT.Reg(asm.R4, asm.R2, "redirect"),
+		asm.StoreImm(asm.R3, 0, metaMagic, asm.Word),
+		asm.LoadMem(asm.R5, asm.R6, 12, asm.Word), // ctx->ingress_ifindex
+		asm.StoreMem(asm.R3, 4, asm.R5, asm.Word),
+		// bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS)
+		asm.LoadMem(asm.R2, asm.R6, 16, asm.Word).WithSymbol("redirect"),
+		asm.LoadMapPtr(asm.R1, xsks.FD()),
+		asm.Mov.Imm(asm.R3, 2),
+		asm.FnRedirectMap.Call(),
+		asm.Return(),
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "test_xsk_meta", Type: ebpf.XDP, License: "GPL", Instructions: insns,
+	})
+	if err != nil {
+		tb.Fatalf("load XDP program: %v", err)
+	}
+	tb.Cleanup(func() { prog.Close() })
+	return redirectProg{prog: prog, xsks: xsks}
+}
+
+// insert puts s into the XSKMAP slot of its queue.
+func (p redirectProg) insert(tb testing.TB, s *dataplane.Socket) {
+	tb.Helper()
+	if err := p.xsks.Update(uint32(s.Queue()), uint32(s.FD()), ebpf.UpdateAny); err != nil {
+		tb.Fatalf("xskmap update: %v", err)
+	}
+}
+
+// inject runs the program on frame repeat times in live-frame mode, as if
+// frame had arrived on h's interface, queue 0. It runs inside h's namespace:
+// the kernel resolves ingress_ifindex there.
+func (p redirectProg) inject(h *testbed.Host, frame []byte, repeat int) error {
+	return h.Do(func() error {
+		_, err := p.prog.Run(&ebpf.RunOptions{
+			Data:    frame,
+			Repeat:  uint32(repeat),
+			Flags:   unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+			Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(h.Ifindex)},
+		})
+		return err
+	})
+}
+
+// openIn opens an AF_XDP socket on h's interface from inside h's namespace
+// and closes it at the end of the test.
+func openIn(tb testing.TB, h *testbed.Host, queue int, u *dataplane.UMEM, cfg dataplane.SocketConfig) *dataplane.Socket {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(tb)
+	}
+	var s *dataplane.Socket
+	err := h.Do(func() (err error) {
+		s, err = dataplane.Open(h.Ifindex, queue, u, cfg)
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("open in %s: %v", h.Name(), err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	return s
+}
+
+func newUMEM(tb testing.TB, cfg dataplane.UMEMConfig) *dataplane.UMEM {
+	tb.Helper()
+	u, err := dataplane.NewUMEM(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := u.Close(); err != nil {
+			tb.Errorf("umem close: %v", err)
+		}
+	})
+	return u
+}
+
+// udp4Frame builds an Ethernet/IPv4/UDP frame with valid IP and UDP
+// checksums.
+func udp4Frame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
+	f := make([]byte, 14+20+8+len(payload))
+	copy(f[0:6], dstMAC)
+	copy(f[6:12], srcMAC)
+	binary.BigEndian.PutUint16(f[12:], 0x0800)
+	ip := f[14:34]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+len(payload)))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	ip[8] = 64
+	ip[9] = unix.IPPROTO_UDP
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], ^csum(0, ip))
+	udp := f[34:]
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	copy(udp[8:], payload)
+	var pseudo [12]byte
+	copy(pseudo[0:4], s4[:])
+	copy(pseudo[4:8], d4[:])
+	pseudo[9] = unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(pseudo[10:], uint16(len(udp)))
+	sum := ^csum(uint32(csum(0, pseudo[:])), udp)
+	if sum == 0 {
+		sum = 0xffff
+	}
+	binary.BigEndian.PutUint16(udp[6:], sum)
+	return f
+}
+
+func csum(acc uint32, b []byte) uint16 {
+	for i := 0; i+1 < len(b); i += 2 {
+		acc += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		acc += uint32(b[len(b)-1]) << 8
+	}
+	for acc > 0xffff {
+		acc = acc&0xffff + acc>>16
+	}
+	return uint16(acc)
+}
+
+// udp4Payload returns the UDP payload of an IPv4 frame to port, or nil.
+func udp4Payload(f []byte, port uint16) []byte {
+	if len(f) < 42 || binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[23] != unix.IPPROTO_UDP {
+		return nil
+	}
+	ihl := int(f[14]&0xf) * 4
+	if len(f) < 14+ihl+8 || binary.BigEndian.Uint16(f[14+ihl+2:]) != port {
+		return nil
+	}
+	return f[14+ihl+8:]
+}
+
+func checkMeta(tb testing.TB, u *dataplane.UMEM, d dataplane.Desc, ifindex int) {
+	tb.Helper()
+	m := u.Meta(d.Addr, metaLen)
+	if m == nil {
+		tb.Fatalf("no room for metadata before %#x", d.Addr)
+	}
+	magic := binary.NativeEndian.Uint32(m[0:])
+	ifi := binary.NativeEndian.Uint32(m[4:])
+	if magic != metaMagic || ifi != uint32(ifindex) {
+		tb.Fatalf("metadata before %#x = %x (magic %#x ifindex %d), want magic %#x ifindex %d",
+			d.Addr, m, magic, ifi, metaMagic, ifindex)
+	}
+}
+
+// counts reads the open fds and the memory mappings of this process.
+func counts(tb testing.TB) (fds, maps int) {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents), strings.Count(string(b), "\n")
+}
+
+// logRecorder is a slog handler keeping every record's message and attrs.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.recs = append(l.recs, r.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) find(msg string) []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []slog.Record
+	for _, r := range l.recs {
+		if strings.Contains(r.Message, msg) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// testLogger sends log records to the test's log.
+func testLogger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Helper()
+	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,631 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// BindMode chooses between copy and zero-copy AF_XDP.
+type BindMode int
+
+const (
+	// BindAuto tries zero-copy and falls back to copy mode, logging why
+	// zero-copy was refused (veth, for one, has no zero-copy support).
+	BindAuto BindMode = iota
+	// BindCopy forces copy mode (XDP_COPY).
+	BindCopy
+	// BindZeroCopy forces zero-copy mode (XDP_ZEROCOPY) and fails without it.
+	BindZeroCopy
+)
+
+func (m BindMode) String() string {
+	switch m {
+	case BindCopy:
+		return "copy"
+	case BindZeroCopy:
+		return "zero-copy"
+	}
+	return "auto"
+}
+
+// rebindTimeout bounds the EBUSY retries of bind: after an AF_XDP socket
+// closes, the kernel releases its buffer pool from a work queue, and the
+// device queue stays busy for some milliseconds.
+const rebindTimeout = 200 * time.Millisecond
+
+// SocketConfig configures one AF_XDP socket. Zero fields take defaults.
+type SocketConfig struct {
+	// RxSize and TxSize are the RX and TX ring entries (powers of two,
+	// default DefaultRingSize). -1 leaves the ring out; a socket needs one.
+	RxSize, TxSize int
+	// Mode is the bind mode of a UMEM's first socket on a device queue.
+	// Later sockets sharing a UMEM inherit the first one's mode and
+	// need_wakeup setting.
+	Mode BindMode
+	// DisableNeedWakeup binds without XDP_USE_NEED_WAKEUP: the kernel then
+	// never says when it needs a wakeup, so Kick always makes a syscall.
+	DisableNeedWakeup bool
+	// BusyPoll > 0 enables busy polling: SO_PREFER_BUSY_POLL, SO_BUSY_POLL
+	// (rounded to microseconds) and SO_BUSY_POLL_BUDGET. Receive and Kick
+	// then make their syscalls whenever they find nothing to do, as those
+	// syscalls are what drive the device's NAPI.
+	BusyPoll time.Duration
+	// BusyPollBudget is the packets per busy poll (default 64).
+	BusyPollBudget int
+	// TxBudget is the descriptors a copy-mode sendto transmits per call
+	// (XDP_MAX_TX_SKB_BUDGET; kernel default 32). 0 keeps the default.
+	TxBudget int
+	// Logger receives the zero-copy fallback reason and rebind retries
+	// (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c SocketConfig) withDefaults() (SocketConfig, error) {
+	if c.RxSize == 0 {
+		c.RxSize = DefaultRingSize
+	}
+	if c.TxSize == 0 {
+		c.TxSize = DefaultRingSize
+	}
+	if c.BusyPoll > 0 && c.BusyPollBudget == 0 {
+		c.BusyPollBudget = 64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	ok := func(n int) bool { return n == -1 || isPow2(n) }
+	switch {
+	case !ok(c.RxSize) || !ok(c.TxSize):
+		return c, fmt.Errorf("rx ring %d, tx ring %d: sizes must be powers of two (or -1 for none): %w", c.RxSize, c.TxSize, fi.EINVAL)
+	case c.RxSize == -1 && c.TxSize == -1:
+		return c, fmt.Errorf("socket needs an rx or a tx ring: %w", fi.EINVAL)
+	case c.Mode < BindAuto || c.Mode > BindZeroCopy:
+		return c, fmt.Errorf("bind mode %d: %w", c.Mode, fi.EINVAL)
+	}
+	return c, nil
+}
+
+// Socket is an AF_XDP socket bound to one device queue, with its RX and TX
+// rings and (shared with other sockets of its UMEM on the same queue) a fill
+// and a completion ring.
+//
+// A socket has two sides that may run on two goroutines at once: receive
+// (Receive, Fill, FillFree, Poll) and transmit (Transmit, Kick, Complete,
+// CompleteFree). Each side is single-threaded, and sockets sharing a device
+// queue share its fill and completion rings, so their receive (transmit)
+// sides must not run concurrently either. FD, Stats and the accessors may be
+// called at any time before Close; nothing may run concurrently with Close.
+type Socket struct {
+	fd       int
+	umem     *UMEM
+	q        *queueRings
+	rx       ring[Desc]
+	tx       ring[Desc]
+	ifindex  int
+	queue    int
+	zeroCopy bool
+	wakeup   bool // bound with XDP_USE_NEED_WAKEUP
+	busyPoll bool
+	pfd      [1]unix.PollFd
+}
+
+// Open creates an AF_XDP socket on umem and binds it to queue of the device
+// ifindex, in the network namespace of the calling thread.
+//
+// The first socket of a UMEM registers it; later ones bind with
+// XDP_SHARED_UMEM. Sockets of one UMEM on the same device queue share that
+// queue's fill and completion rings (the kernel requires it: Fill on any of
+// them feeds all); a socket on another queue gets a ring pair of its own.
+// An XDP program picks among sockets of one queue through an XSKMAP.
+//
+// A bind that fails with EBUSY (the queue's previous socket is still being
+// released) is retried for up to 200 ms.
+func Open(ifindex, queue int, umem *UMEM, cfg SocketConfig) (*Socket, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("xsk open ifindex %d queue %d: %w", ifindex, queue, err)
+	}
+	umem.mu.Lock()
+	defer umem.mu.Unlock()
+	if umem.closed {
+		return nil, fmt.Errorf("xsk open ifindex %d queue %d: umem closed: %w", ifindex, queue, fi.EINVAL)
+	}
+	s, err := umem.open(ifindex, queue, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("xsk open ifindex %d queue %d: %w", ifindex, queue, err)
+	}
+	return s, nil
+}
+
+func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error) {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", errnoOf(err))
+	}
+	s := &Socket{fd: fd, umem: u, ifindex: ifindex, queue: queue, busyPoll: cfg.BusyPoll > 0}
+	var q *queueRings
+	newQueue := false
+	defer func() {
+		if err != nil {
+			s.rx.unmap()
+			s.tx.unmap()
+			if newQueue {
+				q.fill.unmap()
+				q.comp.unmap()
+			}
+			unix.Close(fd)
+		}
+	}()
+
+	ns, err := netnsOf(fd)
+	if err != nil {
+		return nil, fmt.Errorf("socket netns: %w", errnoOf(err))
+	}
+	key := queueKey{netns: ns, ifindex: ifindex, queue: queue}
+	shareFD := -1
+	if len(u.sockets) == 0 {
+		if err := u.register(fd); err != nil {
+			return nil, err
+		}
+	}
+	q = u.queues[key]
+	if q == nil {
+		q = &queueRings{key: key}
+		newQueue = true
+		if len(u.sockets) > 0 {
+			shareFD = u.sockets[0].fd
+		}
+		if err := setRingSize(fd, unix.XDP_UMEM_FILL_RING, u.cfg.FillSize); err != nil {
+			return nil, err
+		}
+		if err := setRingSize(fd, unix.XDP_UMEM_COMPLETION_RING, u.cfg.CompSize); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, o := range u.sockets {
+			if o.q == q {
+				shareFD = o.fd
+				break
+			}
+		}
+	}
+	if cfg.RxSize > 0 {
+		if err := setRingSize(fd, unix.XDP_RX_RING, cfg.RxSize); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.TxSize > 0 {
+		if err := setRingSize(fd, unix.XDP_TX_RING, cfg.TxSize); err != nil {
+			return nil, err
+		}
+	}
+	if err := setSockopts(fd, cfg); err != nil {
+		return nil, err
+	}
+
+	var off unix.XDPMmapOffsets
+	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
+		return nil, fmt.Errorf("XDP_MMAP_OFFSETS: %w", errnoOf(err))
+	}
+	if cfg.RxSize > 0 {
+		if s.rx, err = mapRing[Desc](fd, unix.XDP_PGOFF_RX_RING, uint32(cfg.RxSize), off.Rx); err != nil {
+			return nil, fmt.Errorf("mmap rx ring: %w", errnoOf(err))
+		}
+	}
+	if cfg.TxSize > 0 {
+		if s.tx, err = mapRing[Desc](fd, unix.XDP_PGOFF_TX_RING, uint32(cfg.TxSize), off.Tx); err != nil {
+			return nil, fmt.Errorf("mmap tx ring: %w", errnoOf(err))
+		}
+	}
+	if newQueue {
+		if q.fill, err = mapRing[uint64](fd, unix.XDP_UMEM_PGOFF_FILL_RING, uint32(u.cfg.FillSize), off.Fr); err != nil {
+			return nil, fmt.Errorf("mmap fill ring: %w", errnoOf(err))
+		}
+		if q.comp, err = mapRing[uint64](fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, uint32(u.cfg.CompSize), off.Cr); err != nil {
+			return nil, fmt.Errorf("mmap completion ring: %w", errnoOf(err))
+		}
+	}
+
+	if err := s.bind(shareFD, cfg); err != nil {
+		return nil, err
+	}
+	if shareFD >= 0 {
+		// A shared binding inherits need_wakeup from the UMEM's first.
+		s.wakeup = u.sockets[0].wakeup
+	}
+	var opts struct{ flags uint32 }
+	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
+		s.zeroCopy = opts.flags&unix.XDP_OPTIONS_ZEROCOPY != 0
+	}
+	if newQueue {
+		u.queues[key] = q
+	}
+	q.users++
+	s.q = q
+	u.sockets = append(u.sockets, s)
+	return s, nil
+}
+
+func setRingSize(fd, opt, size int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_XDP, opt, size); err != nil {
+		return fmt.Errorf("set %s size %d: %w", ringOptName[opt], size, errnoOf(err))
+	}
+	return nil
+}
+
+var ringOptName = map[int]string{
+	unix.XDP_RX_RING:              "rx ring",
+	unix.XDP_TX_RING:              "tx ring",
+	unix.XDP_UMEM_FILL_RING:       "fill ring",
+	unix.XDP_UMEM_COMPLETION_RING: "completion ring",
+}
+
+func setSockopts(fd int, cfg SocketConfig) error {
+	if cfg.BusyPoll > 0 {
+		usec := max(1, int(cfg.BusyPoll/time.Microsecond))
+		for _, o := range []struct {
+			name     string
+			opt, val int
+		}{
+			{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 1},
+			{"SO_BUSY_POLL", unix.SO_BUSY_POLL, usec},
+			{"SO_BUSY_POLL_BUDGET", unix.SO_BUSY_POLL_BUDGET, cfg.BusyPollBudget},
+		} {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
+				return fmt.Errorf("%s %d: %w", o.name, o.val, errnoOf(err))
+			}
+		}
+	}
+	if cfg.TxBudget > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, cfg.TxBudget); err != nil {
+			return fmt.Errorf("XDP_MAX_TX_SKB_BUDGET %d: %w", cfg.TxBudget, errnoOf(err))
+		}
+	}
+	return nil
+}
+
+// bind binds the socket, sharing shareFD's UMEM if shareFD >= 0, retrying
+// EBUSY, and falling back from zero-copy to copy in BindAuto mode.
+func (s *Socket) bind(shareFD int, cfg SocketConfig) error {
+	sa := &unix.SockaddrXDP{Ifindex: uint32(s.ifindex), QueueID: uint32(s.queue)}
+	if shareFD >= 0 {
+		// Mode and need_wakeup come from the UMEM's existing binding.
+		sa.Flags = unix.XDP_SHARED_UMEM
+		sa.SharedUmemFD = uint32(shareFD)
+		return s.bindRetry(sa, cfg.Logger)
+	}
+	var wake uint16
+	if !cfg.DisableNeedWakeup {
+		wake = unix.XDP_USE_NEED_WAKEUP
+	}
+	s.wakeup = wake != 0
+	switch cfg.Mode {
+	case BindCopy:
+		sa.Flags = unix.XDP_COPY | wake
+		return s.bindRetry(sa, cfg.Logger)
+	case BindZeroCopy:
+		sa.Flags = unix.XDP_ZEROCOPY | wake
+		return s.bindRetry(sa, cfg.Logger)
+	}
+	sa.Flags = unix.XDP_ZEROCOPY | wake
+	err := s.bindRetry(sa, cfg.Logger)
+	if err == nil || errors.Is(err, fi.EBUSY) || errors.Is(err, fi.ENODEV) {
+		return err
+	}
+	cfg.Logger.Info("AF_XDP zero-copy refused, binding in copy mode",
+		"ifindex", s.ifindex, "queue", s.queue, "reason", err)
+	sa.Flags = unix.XDP_COPY | wake
+	return s.bindRetry(sa, cfg.Logger)
+}
+
+func (s *Socket) bindRetry(sa *unix.SockaddrXDP, log *slog.Logger) error {
+	start := time.Now()
+	pause := 500 * time.Microsecond
+	for attempt := 1; ; attempt++ {
+		err := unix.Bind(s.fd, sa)
+		if err == nil {
+			if attempt > 1 {
+				log.Debug("AF_XDP bind succeeded after EBUSY",
+					"ifindex", s.ifindex, "queue", s.queue, "attempts", attempt, "waited", time.Since(start))
+			}
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Since(start) > rebindTimeout {
+			return fmt.Errorf("bind %s (flags %#x) after %d attempts: %w",
+				bindModeName(sa.Flags), sa.Flags, attempt, errnoOf(err))
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 2*time.Millisecond)
+	}
+}
+
+func bindModeName(flags uint16) string {
+	switch {
+	case flags&unix.XDP_SHARED_UMEM != 0:
+		return "shared-umem"
+	case flags&unix.XDP_ZEROCOPY != 0:
+		return "zero-copy"
+	case flags&unix.XDP_COPY != 0:
+		return "copy"
+	}
+	return "default"
+}
+
+// FD is the socket's file descriptor, for an XSKMAP entry
+// (map.Update(key, uint32(fd))) or an event loop. It stays owned by the
+// Socket.
+func (s *Socket) FD() int { return s.fd }
+
+// UMEM is the UMEM the socket uses.
+func (s *Socket) UMEM() *UMEM { return s.umem }
+
+// Ifindex and Queue name the device queue the socket is bound to.
+func (s *Socket) Ifindex() int { return s.ifindex }
+
+// Queue is the device queue index the socket is bound to.
+func (s *Socket) Queue() int { return s.queue }
+
+// ZeroCopy reports whether the kernel bound the socket in zero-copy mode.
+func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
+
+// Fill gives frames to the kernel for receiving, as many of addrs as the
+// fill ring has room for, and returns how many it took.
+func (s *Socket) Fill(addrs []uint64) int {
+	f := &s.q.fill
+	n := f.free(uint32(len(addrs)))
+	for i := range n {
+		f.put(i, addrs[i])
+	}
+	f.submit(n)
+	return int(n)
+}
+
+// FillFree moves frames from the UMEM's free list to the fill ring until one
+// runs out, and returns how many it moved.
+func (s *Socket) FillFree() int {
+	f := &s.q.fill
+	room := f.free(f.size)
+	if room == 0 {
+		return 0
+	}
+	u := s.umem
+	u.freeMu.Lock()
+	n := min(room, uint32(len(u.free)))
+	top := uint32(len(u.free)) - n
+	for i := range n {
+		a := u.free[top+i]
+		f.put(i, a)
+		j := a >> u.shift
+		u.freeMap[j/64] &^= 1 << (j % 64)
+	}
+	u.free = u.free[:top]
+	u.freeMu.Unlock()
+	f.submit(n)
+	return int(n)
+}
+
+// Receive takes up to len(descs) received packets off the RX ring and
+// returns how many. Each packet's frame belongs to the caller until it is
+// given back with Fill or UMEM.Free. Receive never blocks; when the ring is
+// empty it wakes the kernel (one recvfrom) only if the fill ring asks for a
+// wakeup or busy polling is on.
+func (s *Socket) Receive(descs []Desc) int {
+	r := &s.rx
+	if r.mem == nil {
+		return 0
+	}
+	n := r.avail(uint32(len(descs)))
+	if n == 0 {
+		if !s.busyPoll && !s.q.fill.needWakeup() {
+			return 0
+		}
+		kickRx(s.fd)
+		if n = r.avail(uint32(len(descs))); n == 0 {
+			return 0
+		}
+	}
+	for i := range n {
+		descs[i] = r.get(i)
+	}
+	r.release(n)
+	return int(n)
+}
+
+// Poll waits until the RX ring has packets or timeout passes (a negative
+// timeout waits forever), and reports whether packets are ready. It is the
+// blocking companion of Receive; an interrupted wait returns false, nil.
+func (s *Socket) Poll(timeout time.Duration) (bool, error) {
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	s.pfd[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
+	n, err := unix.Poll(s.pfd[:], ms)
+	if err != nil {
+		if errors.Is(err, unix.EINTR) {
+			return false, nil
+		}
+		return false, fmt.Errorf("xsk poll ifindex %d queue %d: %w", s.ifindex, s.queue, errnoOf(err))
+	}
+	return n > 0 && s.pfd[0].Revents&unix.POLLIN != 0, nil
+}
+
+// Transmit puts up to len(descs) packets on the TX ring and returns how
+// many it took; their frames belong to the kernel until Complete returns
+// them. The packets leave only after Kick (in copy mode, Kick transmits).
+func (s *Socket) Transmit(descs []Desc) int {
+	r := &s.tx
+	if r.mem == nil {
+		return 0
+	}
+	n := r.free(uint32(len(descs)))
+	for i := range n {
+		r.put(i, descs[i])
+	}
+	r.submit(n)
+	return int(n)
+}
+
+// Kick makes the kernel process the TX ring, with a sendto only if the
+// kernel asked for a wakeup (or need_wakeup is off, or busy polling is on).
+// In copy mode the kernel sends a bounded batch per call (TxBudget), so
+// Kick repeats the call while the kernel makes progress. Transient
+// conditions (EAGAIN with a full completion ring, EBUSY, ENOBUFS, ENETDOWN)
+// are not errors: call Complete and Kick again.
+func (s *Socket) Kick() error {
+	r := &s.tx
+	if r.mem == nil {
+		return nil
+	}
+	if s.wakeup && !s.busyPoll && !r.needWakeup() {
+		return nil
+	}
+	left := r.pending()
+	for {
+		switch e := kickTx(s.fd); e {
+		case 0:
+			return nil
+		case unix.EAGAIN:
+			now := r.pending()
+			if now == 0 || now >= left {
+				return nil
+			}
+			left = now
+		case unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN, unix.EINTR:
+			return nil
+		default:
+			return fmt.Errorf("xsk tx wakeup ifindex %d queue %d: %w", s.ifindex, s.queue, fi.Errno(e))
+		}
+	}
+}
+
+// Complete takes up to len(addrs) addresses of transmitted frames off the
+// completion ring and returns how many. The frames belong to the caller
+// again.
+func (s *Socket) Complete(addrs []uint64) int {
+	c := &s.q.comp
+	n := c.avail(uint32(len(addrs)))
+	for i := range n {
+		addrs[i] = c.get(i)
+	}
+	c.release(n)
+	return int(n)
+}
+
+// CompleteFree moves every transmitted frame from the completion ring to
+// the UMEM's free list and returns how many it moved.
+func (s *Socket) CompleteFree() int {
+	c := &s.q.comp
+	n := c.avail(c.size)
+	if n == 0 {
+		return 0
+	}
+	u := s.umem
+	u.freeMu.Lock()
+	for i := range n {
+		u.freeLocked(c.get(i))
+	}
+	u.freeMu.Unlock()
+	c.release(n)
+	return int(n)
+}
+
+// TxPending is the number of TX descriptors the kernel has not taken yet.
+func (s *Socket) TxPending() int {
+	if s.tx.mem == nil {
+		return 0
+	}
+	return int(s.tx.pending())
+}
+
+// NeedWakeup reports the kernel's XDP_RING_NEED_WAKEUP flags on the fill
+// ring (receive needs a recvfrom or poll) and the TX ring (transmit needs a
+// sendto). They mean something only on a socket bound with need_wakeup
+// (the kernel raises the TX flag at bind either way). In copy mode the TX
+// flag stays up, as every copy-mode transmission happens inside sendto,
+// and the fill flag stays down.
+func (s *Socket) NeedWakeup() (fill, tx bool) {
+	fill = s.q.fill.needWakeup()
+	if s.tx.mem != nil {
+		tx = s.tx.needWakeup()
+	}
+	return fill, tx
+}
+
+// Stats are the kernel's per-socket counters (XDP_STATISTICS).
+type Stats struct {
+	// RxDropped counts packets dropped for want of a frame on the fill
+	// ring (full RX rings count in RxRingFull instead).
+	RxDropped uint64
+	// RxInvalidDescs and TxInvalidDescs count invalid descriptors.
+	RxInvalidDescs uint64
+	TxInvalidDescs uint64
+	// RxRingFull counts packets dropped because the RX ring was full.
+	RxRingFull uint64
+	// RxFillRingEmptyDescs counts times the fill ring was found empty.
+	RxFillRingEmptyDescs uint64
+	// TxRingEmptyDescs counts times the TX ring was found empty.
+	TxRingEmptyDescs uint64
+}
+
+// Stats reads the socket's XDP_STATISTICS.
+func (s *Socket) Stats() (Stats, error) {
+	var st unix.XDPStatistics
+	if s.fd < 0 {
+		return Stats{}, fmt.Errorf("xsk stats: socket closed: %w", fi.EBADF)
+	}
+	if _, err := getsockoptPtr(s.fd, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&st), unsafe.Sizeof(st)); err != nil {
+		return Stats{}, fmt.Errorf("xsk stats ifindex %d queue %d: %w", s.ifindex, s.queue, errnoOf(err))
+	}
+	return Stats{
+		RxDropped:            st.Rx_dropped,
+		RxInvalidDescs:       st.Rx_invalid_descs,
+		TxInvalidDescs:       st.Tx_invalid_descs,
+		RxRingFull:           st.Rx_ring_full,
+		RxFillRingEmptyDescs: st.Rx_fill_ring_empty_descs,
+		TxRingEmptyDescs:     st.Tx_ring_empty_descs,
+	}, nil
+}
+
+// Close unmaps the socket's rings and closes it; the device queue becomes
+// free once the kernel has released it (see Open's EBUSY retry). The fill
+// and completion rings of a device queue are unmapped with the queue's last
+// socket: until then the kernel keeps the socket they were mapped through
+// alive, so remove a socket from XSKMAPs before closing it. When the UMEM's
+// last socket closes, every frame returns to its free list, and a UMEM
+// already closed is unmapped. Close is idempotent.
+func (s *Socket) Close() error {
+	u := s.umem
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if s.fd < 0 {
+		return nil
+	}
+	errs := []error{s.rx.unmap(), s.tx.unmap()}
+	if q := s.q; q != nil {
+		if q.users--; q.users == 0 {
+			errs = append(errs, q.fill.unmap(), q.comp.unmap())
+			delete(u.queues, q.key)
+		}
+	}
+	errs = append(errs, unix.Close(s.fd))
+	s.fd = -1
+	u.sockets = slices.DeleteFunc(u.sockets, func(o *Socket) bool { return o == s })
+	if len(u.sockets) == 0 {
+		u.resetFree()
+		if u.closed {
+			errs = append(errs, u.releaseLocked())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("xsk close ifindex %d queue %d: %w", s.ifindex, s.queue, err)
+	}
+	return nil
+}

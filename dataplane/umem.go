@@ -1,0 +1,303 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults for UMEMConfig and SocketConfig.
+const (
+	DefaultFrameSize = 4096
+	DefaultNumFrames = 4096
+	DefaultRingSize  = 2048
+)
+
+// PacketHeadroom is the space the kernel keeps free in front of every packet
+// it writes into a UMEM frame (XDP_PACKET_HEADROOM), on top of
+// UMEMConfig.Headroom. XDP metadata (bpf_xdp_adjust_meta) is copied into its
+// end, immediately before the packet, so up to this many bytes of metadata
+// always fit; the kernel itself caps metadata at 32 bytes on some paths.
+const PacketHeadroom = unix.XDP_PACKET_HEADROOM
+
+// UMEMConfig sizes a UMEM. Zero fields take the defaults.
+type UMEMConfig struct {
+	// FrameSize is the size of one frame (chunk): a power of two between
+	// 2048 and the page size. Default 4096.
+	FrameSize int
+	// NumFrames is the number of frames. Default 4096.
+	NumFrames int
+	// FillSize and CompSize are the entries of each fill and completion
+	// ring made for this UMEM (one pair per device queue), powers of two.
+	// They default to NumFrames rounded up: a fill ring smaller than the
+	// frame pool starves copy-mode receive (rx_fill_ring_empty drops).
+	FillSize int
+	CompSize int
+	// Headroom is extra space the kernel leaves free at the start of each
+	// received frame, before PacketHeadroom. Default 0.
+	Headroom int
+}
+
+func (c UMEMConfig) withDefaults() (UMEMConfig, error) {
+	if c.FrameSize == 0 {
+		c.FrameSize = DefaultFrameSize
+	}
+	if c.NumFrames == 0 {
+		c.NumFrames = DefaultNumFrames
+	}
+	if c.FillSize == 0 {
+		c.FillSize = ceilPow2(c.NumFrames)
+	}
+	if c.CompSize == 0 {
+		c.CompSize = ceilPow2(c.NumFrames)
+	}
+	switch {
+	case !isPow2(c.FrameSize) || c.FrameSize < 2048 || c.FrameSize > os.Getpagesize():
+		return c, fmt.Errorf("umem: frame size %d not a power of two in [2048, %d]: %w", c.FrameSize, os.Getpagesize(), fi.EINVAL)
+	case c.NumFrames < 1:
+		return c, fmt.Errorf("umem: %d frames: %w", c.NumFrames, fi.EINVAL)
+	case !isPow2(c.FillSize) || !isPow2(c.CompSize):
+		return c, fmt.Errorf("umem: fill ring %d, completion ring %d: sizes must be powers of two: %w", c.FillSize, c.CompSize, fi.EINVAL)
+	case c.Headroom < 0 || c.Headroom >= c.FrameSize-PacketHeadroom:
+		return c, fmt.Errorf("umem: headroom %d does not leave room in a %d-byte frame: %w", c.Headroom, c.FrameSize, fi.EINVAL)
+	}
+	return c, nil
+}
+
+// UMEM is the packet buffer area shared by user space and the kernel:
+// NumFrames frames of FrameSize bytes in anonymous memory, with a free list
+// of frame addresses. Addresses are byte offsets into the area.
+//
+// The kernel registration (XDP_UMEM_REG) happens when the first Socket on
+// the UMEM opens, in that socket's network namespace, and lasts while any
+// socket on it is open. Fill and completion rings exist once per device
+// queue the UMEM's sockets are bound to.
+//
+// The frame allocator (Alloc, Free, FillFree, CompleteFree) may be used
+// from several goroutines; it takes a mutex once per batch.
+type UMEM struct {
+	cfg   UMEMConfig
+	mem   []byte
+	shift uint // log2(FrameSize)
+
+	freeMu  sync.Mutex
+	free    []uint64 // stack of free frame addresses
+	freeMap []uint64 // bit per frame: set when free; ignores double frees
+
+	mu      sync.Mutex // guards everything below
+	sockets []*Socket
+	queues  map[queueKey]*queueRings
+	closed  bool
+}
+
+// queueKey names a device queue: the kernel shares one buffer pool, and so
+// one fill and completion ring pair, among sockets of a UMEM bound to it.
+type queueKey struct {
+	netns   uint64
+	ifindex int
+	queue   int
+}
+
+type queueRings struct {
+	key   queueKey
+	fill  ring[uint64]
+	comp  ring[uint64]
+	users int
+}
+
+// NewUMEM maps the frame area. It is registered with the kernel when the
+// first socket opens on it (Open).
+func NewUMEM(cfg UMEMConfig) (*UMEM, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	size := cfg.FrameSize * cfg.NumFrames
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("umem: mmap %d bytes: %w", size, errnoOf(err))
+	}
+	u := &UMEM{
+		cfg:     cfg,
+		mem:     mem,
+		shift:   uint(bits.TrailingZeros(uint(cfg.FrameSize))),
+		free:    make([]uint64, 0, cfg.NumFrames),
+		freeMap: make([]uint64, (cfg.NumFrames+63)/64),
+		queues:  make(map[queueKey]*queueRings),
+	}
+	u.resetFree()
+	return u, nil
+}
+
+// Config returns the UMEM's configuration with defaults filled in.
+func (u *UMEM) Config() UMEMConfig { return u.cfg }
+
+// FrameSize is the size of one frame in bytes.
+func (u *UMEM) FrameSize() int { return u.cfg.FrameSize }
+
+// NumFrames is the number of frames.
+func (u *UMEM) NumFrames() int { return u.cfg.NumFrames }
+
+// FrameAddr returns the address of the frame containing addr (its first
+// byte). Descriptors from the RX ring point PacketHeadroom + Headroom bytes
+// into their frame.
+func (u *UMEM) FrameAddr(addr uint64) uint64 { return addr &^ (uint64(u.cfg.FrameSize) - 1) }
+
+// Frame returns the bytes from addr to the end of addr's frame: the buffer
+// to write a packet into before transmitting it from addr.
+func (u *UMEM) Frame(addr uint64) []byte {
+	end := u.FrameAddr(addr) + uint64(u.cfg.FrameSize)
+	return u.mem[addr:end:end]
+}
+
+// Packet returns the bytes a descriptor describes.
+func (u *UMEM) Packet(d Desc) []byte {
+	end := d.Addr + uint64(d.Len)
+	return u.mem[d.Addr:end:end]
+}
+
+// Meta returns the n bytes immediately before addr, where the kernel puts
+// the metadata an XDP program wrote with bpf_xdp_adjust_meta (in copy and
+// zero-copy mode alike). It returns nil if n bytes do not fit between the
+// frame start and addr. The length of the metadata is a contract between the
+// XDP program and its reader: the descriptor does not carry it.
+func (u *UMEM) Meta(addr uint64, n int) []byte {
+	if n <= 0 || addr < uint64(n) || addr-uint64(n) < u.FrameAddr(addr) {
+		return nil
+	}
+	return u.mem[addr-uint64(n) : addr : addr]
+}
+
+// Alloc takes up to len(addrs) free frames, writing their addresses to
+// addrs, and returns how many it took.
+func (u *UMEM) Alloc(addrs []uint64) int {
+	u.freeMu.Lock()
+	n := u.allocLocked(addrs)
+	u.freeMu.Unlock()
+	return n
+}
+
+func (u *UMEM) allocLocked(addrs []uint64) int {
+	n := min(len(addrs), len(u.free))
+	top := len(u.free) - n
+	copy(addrs, u.free[top:])
+	for _, a := range addrs[:n] {
+		i := a >> u.shift
+		u.freeMap[i/64] &^= 1 << (i % 64)
+	}
+	u.free = u.free[:top]
+	return n
+}
+
+// Free returns frames to the free list. Any address inside a frame frees
+// that frame, so RX descriptor and completion addresses can be passed as
+// they are. Freeing a frame that is already free has no effect.
+func (u *UMEM) Free(addrs ...uint64) {
+	u.freeMu.Lock()
+	for _, a := range addrs {
+		u.freeLocked(a)
+	}
+	u.freeMu.Unlock()
+}
+
+func (u *UMEM) freeLocked(addr uint64) {
+	i := addr >> u.shift
+	if i >= uint64(u.cfg.NumFrames) {
+		panic(fmt.Sprintf("dataplane: free of address %#x outside the UMEM", addr))
+	}
+	w, b := i/64, uint64(1)<<(i%64)
+	if u.freeMap[w]&b != 0 {
+		return
+	}
+	u.freeMap[w] |= b
+	u.free = append(u.free, i<<u.shift)
+}
+
+// FreeFrames returns how many frames are on the free list.
+func (u *UMEM) FreeFrames() int {
+	u.freeMu.Lock()
+	defer u.freeMu.Unlock()
+	return len(u.free)
+}
+
+// resetFree puts every frame on the free list, lowest address on top.
+func (u *UMEM) resetFree() {
+	u.freeMu.Lock()
+	defer u.freeMu.Unlock()
+	u.free = u.free[:0]
+	for i := u.cfg.NumFrames - 1; i >= 0; i-- {
+		u.free = append(u.free, uint64(i)<<u.shift)
+	}
+	for i := range u.freeMap {
+		u.freeMap[i] = ^uint64(0)
+	}
+}
+
+// Close releases the UMEM. The memory is unmapped at once if no socket uses
+// it, else when the last one closes. Close is idempotent.
+func (u *UMEM) Close() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	if len(u.sockets) == 0 {
+		return u.releaseLocked()
+	}
+	return nil
+}
+
+func (u *UMEM) releaseLocked() error {
+	if u.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(u.mem)
+	u.mem = nil
+	if err != nil {
+		return fmt.Errorf("umem: munmap: %w", errnoOf(err))
+	}
+	return nil
+}
+
+// register makes fd's socket the UMEM's kernel owner (XDP_UMEM_REG).
+func (u *UMEM) register(fd int) error {
+	reg := unix.XDPUmemReg{
+		Addr:     uint64(uintptr(unsafe.Pointer(&u.mem[0]))),
+		Len:      uint64(len(u.mem)),
+		Size:     uint32(u.cfg.FrameSize),
+		Headroom: uint32(u.cfg.Headroom),
+	}
+	err := setsockoptPtr(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
+	if errors.Is(err, unix.ENOBUFS) {
+		var lim unix.Rlimit
+		_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
+		return fmt.Errorf("umem: register %d bytes: UMEM larger than RLIMIT_MEMLOCK (%d bytes; raise it with ulimit -l or grant CAP_IPC_LOCK): %w",
+			len(u.mem), lim.Cur, fi.ENOBUFS)
+	}
+	if err != nil {
+		return fmt.Errorf("umem: register %d bytes: %w", len(u.mem), errnoOf(err))
+	}
+	return nil
+}
+
+func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+func ceilPow2(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// errnoOf converts a syscall error into the fi vocabulary.
+func errnoOf(err error) error {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return fi.Errno(e)
+	}
+	return err
+}
