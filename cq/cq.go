@@ -1,0 +1,395 @@
+package cq
+
+import (
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Sizes.
+const (
+	// DefaultSize is the capacity of a CQ opened with Size 0, the same as
+	// libfabric's util CQ (UTIL_DEF_CQ_SIZE).
+	DefaultSize = 1024
+	// MaxSize is the largest capacity Open accepts (about 100 bytes each).
+	MaxSize = 1 << 20
+)
+
+// Attr holds the attributes of a completion queue: struct fi_cq_attr, field
+// for field, then xdpfab's own. The zero value asks for the defaults: 1024
+// entries, FORMAT_CONTEXT, no wait object, safe for any number of
+// producers and consumers.
+type Attr struct {
+	// Size is the minimum number of entries; 0 picks DefaultSize. The
+	// capacity is Size rounded up to a power of two.
+	Size int
+	// Flags may hold fi.AFFINITY, which makes SignalingVector valid.
+	Flags fi.Flags
+	// Format is the completion format.
+	Format Format
+	// WaitObj is what SRead blocks on.
+	WaitObj WaitObj
+	// SignalingVector is the CPU that wake-ups should target when Flags
+	// has fi.AFFINITY: 0 <= SignalingVector < runtime.NumCPU(). It is a
+	// hint; xdpfab has no interrupts to steer and records it only.
+	SignalingVector int
+	// WaitCond is the blocking-read condition.
+	WaitCond WaitCond
+	// WaitSet is the set to signal when WaitObj is WAIT_SET (ignored
+	// otherwise).
+	WaitSet *WaitSet
+
+	// Threshold is the number of queued entries that satisfies a blocked
+	// SRead under COND_THRESHOLD (libfabric passes it as sread's cond
+	// argument; here it is fixed at open). Values above the capacity are
+	// clamped to it. It must be 0 under COND_NONE.
+	Threshold int
+	// SingleProducer promises that at most one Producer is bound at a time
+	// (Bind enforces it) and that it is used by one goroutine at a time: the
+	// CQ then drops its producer lock.
+	SingleProducer bool
+	// SingleConsumer promises that the application serializes its read
+	// calls (libfabric's FI_THREAD_COMPLETION): the CQ then drops its
+	// consumer lock, and reads take no lock at all.
+	SingleConsumer bool
+}
+
+// cacheLine separates the indices that the producer and the consumer write.
+type cacheLine [64]byte
+
+// CQ is a completion queue. It is a bounded ring of entries stored by value:
+// producers (endpoints, through a Producer) append at the tail, readers take
+// from the head. All methods are safe for concurrent use unless Attr promised
+// otherwise.
+type CQ struct {
+	_    cacheLine
+	head atomic.Uint64 // index of the oldest entry; advanced by readers
+	_    [56]byte
+	tail atomic.Uint64 // index after the newest entry; advanced by producers
+	_    [56]byte
+
+	prodMu   sync.Mutex // serializes producers (not with SingleProducer)
+	prodHead uint64     // producers' cached head
+	_        [48]byte
+
+	consMu sync.Mutex // serializes readers (not with SingleConsumer)
+	errBuf []byte     // the CQ-owned err_data buffer ReadErr hands out
+	_      [32]byte
+
+	ring []slot
+	mask uint64
+	size uint64
+	thr  uint64 // entries that satisfy a wait
+	attr Attr
+	w    *waiter  // WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND
+	set  *WaitSet // WAIT_SET
+
+	errQueued atomic.Int64 // error entries in the ring
+	overrun   atomic.Bool
+	closed    atomic.Bool
+	signaled  atomic.Bool
+	lost      atomic.Uint64
+	discarded atomic.Uint64
+
+	mu    sync.Mutex // guards bound, hooks changes and Close
+	bound int
+	hooks atomic.Pointer[[]*Producer] // bound producers with a progress function
+}
+
+// slot is one ring entry.
+type slot struct {
+	e     Entry
+	src   fi.Addr
+	ei    *errInfo // kept for reuse once allocated; valid when isErr
+	isErr bool
+}
+
+// errInfo holds the fields an error entry adds.
+type errInfo struct {
+	err       fi.Errno
+	provErrno int
+	olen      int
+	data      []byte
+}
+
+// Stats are a CQ's counters, for metrics.
+type Stats struct {
+	// Capacity is the number of entries the CQ holds.
+	Capacity int
+	// Depth is the number of entries queued now, errors included.
+	Depth int
+	// Errors is the number of error entries queued now.
+	Errors int
+	// Written counts entries ever queued; Read counts entries ever taken
+	// (by Read, ReadFrom, SRead, SReadFrom and ReadErr).
+	Written, Read uint64
+	// Lost counts completions producers could not queue: pushed into a full
+	// CQ (which makes it overrun), after the overrun, or by an unbound
+	// Producer.
+	Lost uint64
+	// Discarded counts entries still queued when the CQ was closed.
+	Discarded uint64
+	// Overrun reports the fatal overrun state.
+	Overrun bool
+}
+
+// Open creates a completion queue (fi_cq_open). Invalid attributes fail with
+// fi.EINVAL; a failure to create the eventfd of WAIT_FD is returned as is.
+func Open(attr Attr) (*CQ, error) {
+	a := attr
+	if a.Size < 0 || a.Size > MaxSize {
+		return nil, fmt.Errorf("cq open: size %d outside 0..%d: %w", a.Size, MaxSize, fi.EINVAL)
+	}
+	if bad := a.Flags &^ fi.AFFINITY; bad != 0 {
+		return nil, fmt.Errorf("cq open: unsupported flags %s: %w", bad, fi.EINVAL)
+	}
+	if a.Flags&fi.AFFINITY != 0 && (a.SignalingVector < 0 || a.SignalingVector >= runtime.NumCPU()) {
+		return nil, fmt.Errorf("cq open: signaling vector %d outside 0..%d: %w",
+			a.SignalingVector, runtime.NumCPU()-1, fi.EINVAL)
+	}
+	switch a.Format {
+	case FORMAT_UNSPEC:
+		a.Format = FORMAT_CONTEXT
+	case FORMAT_CONTEXT, FORMAT_MSG, FORMAT_DATA, FORMAT_TAGGED:
+	default:
+		return nil, fmt.Errorf("cq open: %s: %w", a.Format, fi.EINVAL)
+	}
+	switch a.WaitObj {
+	case WAIT_UNSPEC:
+		a.WaitObj = WAIT_MUTEX_COND
+	case WAIT_NONE, WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND, WAIT_YIELD:
+	case WAIT_SET:
+		if a.WaitSet == nil {
+			return nil, fmt.Errorf("cq open: FI_WAIT_SET without a wait set: %w", fi.EINVAL)
+		}
+	default:
+		return nil, fmt.Errorf("cq open: %s: %w", a.WaitObj, fi.EINVAL)
+	}
+	if a.WaitObj != WAIT_SET {
+		a.WaitSet = nil
+	}
+	switch a.WaitCond {
+	case COND_NONE:
+		if a.Threshold != 0 {
+			return nil, fmt.Errorf("cq open: threshold %d without FI_CQ_COND_THRESHOLD: %w", a.Threshold, fi.EINVAL)
+		}
+	case COND_THRESHOLD:
+		if a.Threshold < 0 {
+			return nil, fmt.Errorf("cq open: threshold %d: %w", a.Threshold, fi.EINVAL)
+		}
+	default:
+		return nil, fmt.Errorf("cq open: %s: %w", a.WaitCond, fi.EINVAL)
+	}
+
+	if a.Size == 0 {
+		a.Size = DefaultSize
+	}
+	size := uint64(1) << bits.Len(uint(a.Size-1))
+	a.Size = int(size)
+	thr := uint64(1)
+	if a.WaitCond == COND_THRESHOLD && a.Threshold > 1 {
+		thr = min(uint64(a.Threshold), size)
+	}
+
+	q := &CQ{ring: make([]slot, size), mask: size - 1, size: size, thr: thr, attr: a}
+	switch a.WaitObj {
+	case WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND:
+		w, err := newWaiter(a.WaitObj)
+		if err != nil {
+			return nil, fmt.Errorf("cq open: %w", err)
+		}
+		q.w = w
+	case WAIT_SET:
+		if err := a.WaitSet.attach(q); err != nil {
+			return nil, fmt.Errorf("cq open: %w", err)
+		}
+		q.set = a.WaitSet
+	}
+	return q, nil
+}
+
+// Attr returns the attributes in effect: the rounded size, and the format
+// and wait object chosen for UNSPEC.
+func (q *CQ) Attr() Attr { return q.attr }
+
+// Stats returns the CQ's counters.
+func (q *CQ) Stats() Stats {
+	h := q.head.Load()
+	t := q.tail.Load()
+	return Stats{
+		Capacity:  int(q.size),
+		Depth:     int(t - h),
+		Errors:    int(max(q.errQueued.Load(), 0)),
+		Written:   t,
+		Read:      h,
+		Lost:      q.lost.Load(),
+		Discarded: q.discarded.Load(),
+		Overrun:   q.overrun.Load(),
+	}
+}
+
+// Close releases the CQ (fi_close). It fails with fi.EBUSY, changing
+// nothing, while producers are bound, so it can be retried after they
+// unbind. Entries still queued are discarded (and counted in
+// Stats.Discarded); blocked SReads return fi.EBADF. A second Close fails with
+// fi.EBADF. Descriptors obtained through GETWAIT are closed.
+func (q *CQ) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return fmt.Errorf("cq close: already closed: %w", fi.EBADF)
+	}
+	if q.bound > 0 {
+		return fmt.Errorf("cq close: %d endpoint(s) still bound: %w", q.bound, fi.EBUSY)
+	}
+	q.closed.Store(true)
+	if !q.attr.SingleConsumer {
+		q.consMu.Lock()
+	}
+	h := q.head.Load()
+	q.discarded.Store(q.tail.Load() - h)
+	if !q.attr.SingleConsumer {
+		q.consMu.Unlock()
+	}
+	if q.w != nil {
+		q.w.close()
+	}
+	if q.set != nil {
+		q.set.detach(q)
+	}
+	return nil
+}
+
+// Signal wakes a thread blocked in SRead or SReadFrom (fi_cq_signal), which
+// returns fi.EAGAIN if no entry is ready. The signal is sticky: if no SRead
+// is blocked, the next one that would block returns at once. On a WAIT_SET
+// CQ it signals the set. It fails with fi.EINVAL under WAIT_NONE.
+func (q *CQ) Signal() error {
+	if q.closed.Load() {
+		return fmt.Errorf("cq signal: %w", fi.EBADF)
+	}
+	switch q.attr.WaitObj {
+	case WAIT_NONE:
+		return fmt.Errorf("cq signal: CQ opened with FI_WAIT_NONE: %w", fi.EINVAL)
+	case WAIT_SET:
+		q.set.signal()
+		return nil
+	}
+	q.signaled.Store(true)
+	if w := q.w; w != nil && w.wanted() {
+		w.wake()
+	}
+	return nil
+}
+
+// Control performs a control command (fi_control): GETWAIT stores the wait
+// object in arg (see Command), failing with fi.ENODATA when the CQ has none
+// (WAIT_NONE, WAIT_YIELD); GETWAITOBJ stores the WaitObj in arg, a *WaitObj.
+// A WAIT_SET CQ answers with its set's wait object. Other commands fail with
+// fi.ENOSYS, a wrong arg type with fi.EINVAL.
+func (q *CQ) Control(cmd Command, arg any) error {
+	if q.closed.Load() {
+		return fmt.Errorf("cq control: %w", fi.EBADF)
+	}
+	switch cmd {
+	case GETWAIT:
+		if q.set != nil {
+			if err := q.set.getWait(arg); err != nil {
+				return fmt.Errorf("cq control: wait set: %w", err)
+			}
+			return nil
+		}
+		if q.w == nil {
+			return fmt.Errorf("cq control: FI_GETWAIT on a CQ with %s: %w", q.attr.WaitObj, fi.ENODATA)
+		}
+		if err := q.w.getWait(arg); err != nil {
+			return fmt.Errorf("cq control: %w", err)
+		}
+		return nil
+	case GETWAITOBJ:
+		p, ok := arg.(*WaitObj)
+		if !ok || p == nil {
+			return fmt.Errorf("cq control: FI_GETWAITOBJ: arg is %T, want *cq.WaitObj: %w", arg, fi.EINVAL)
+		}
+		*p = q.attr.WaitObj
+		return nil
+	}
+	return fmt.Errorf("cq control: %s: %w", cmd, fi.ENOSYS)
+}
+
+// TryWait prepares an external wait on the object from Control(GETWAIT)
+// (libfabric's fi_trywait). It returns nil when the caller may block: the
+// next completion that satisfies the wait condition (or a Signal) will make
+// the descriptor readable, or broadcast the MutexCond. It fails with
+// fi.EAGAIN when entries are ready to read, so the caller should read
+// instead of blocking, with fi.EINVAL under WAIT_NONE. On a WAIT_SET CQ it
+// is the set's TryWait.
+func (q *CQ) TryWait() error {
+	if q.closed.Load() {
+		return fmt.Errorf("cq trywait: %w", fi.EBADF)
+	}
+	switch q.attr.WaitObj {
+	case WAIT_NONE:
+		return fmt.Errorf("cq trywait: CQ opened with FI_WAIT_NONE: %w", fi.EINVAL)
+	case WAIT_SET:
+		return q.set.TryWait()
+	}
+	if q.w != nil {
+		q.w.arm()
+	}
+	if q.ready() {
+		return errTryWaitAgain
+	}
+	return nil
+}
+
+var errTryWaitAgain = fmt.Errorf("cq trywait: entries ready: %w", fi.EAGAIN)
+
+// StrError describes provider-specific error information from an ErrEntry
+// (fi_cq_strerror): the text of provErrno and, when errData is a raw source
+// address (fi.EADDRNOTAVAIL), that address in FI_ADDR_STR form.
+func (q *CQ) StrError(provErrno int, errData []byte) string {
+	var s string
+	if provErrno == 0 {
+		s = "Success"
+	} else {
+		s = fi.StrError(fi.Errno(provErrno))
+	}
+	if ap, ok := decodeSockaddr(errData); ok {
+		s += ": source " + formatAddrStr(ap)
+	}
+	return s
+}
+
+// ready reports whether a blocked reader should wake: the wait condition
+// holds, an error entry is queued or the CQ is overrun.
+func (q *CQ) ready() bool {
+	h := q.head.Load() // head first: then t-h cannot underflow
+	t := q.tail.Load()
+	return t-h >= q.thr || (t != h && q.errQueued.Load() > 0) || q.overrun.Load()
+}
+
+// notify wakes whoever waits for this CQ, after producers publish.
+func (q *CQ) notify() {
+	if w := q.w; w != nil && w.wanted() && q.ready() {
+		w.wake()
+	}
+	if s := q.set; s != nil {
+		if w := s.w; w != nil && w.wanted() && q.ready() {
+			w.wake()
+		}
+	}
+}
+
+// progress runs the bound producers' progress functions (manual progress).
+func (q *CQ) progress() {
+	if hs := q.hooks.Load(); hs != nil {
+		for _, p := range *hs {
+			p.progress()
+		}
+	}
+}

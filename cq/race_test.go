@@ -1,0 +1,5 @@
+//go:build race
+
+package cq
+
+const raceEnabled = true

@@ -1,0 +1,331 @@
+package cq
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Errors the read calls return, built once so that polling an empty CQ does
+// not allocate.
+var (
+	errReadAgain     = fmt.Errorf("cq read: no completion: %w", fi.EAGAIN)
+	errReadAvail     = fmt.Errorf("cq read: error completion at the head, call ReadErr: %w", fi.EAVAIL)
+	errReadOverrun   = fmt.Errorf("cq read: completion queue overrun: %w", fi.EOVERRUN)
+	errReadClosed    = fmt.Errorf("cq read: closed: %w", fi.EBADF)
+	errSReadAgain    = fmt.Errorf("cq sread: timed out or signaled: %w", fi.EAGAIN)
+	errSReadAvail    = fmt.Errorf("cq sread: error completion at the head, call ReadErr: %w", fi.EAVAIL)
+	errSReadOverrun  = fmt.Errorf("cq sread: completion queue overrun: %w", fi.EOVERRUN)
+	errSReadClosed   = fmt.Errorf("cq sread: closed: %w", fi.EBADF)
+	errReadErrAgain  = fmt.Errorf("cq readerr: no error completion at the head: %w", fi.EAGAIN)
+	errReadErrOver   = fmt.Errorf("cq readerr: completion queue overrun: %w", fi.EOVERRUN)
+	errReadErrClosed = fmt.Errorf("cq readerr: closed: %w", fi.EBADF)
+)
+
+func readError(code fi.Errno) error {
+	switch code {
+	case 0:
+		return nil
+	case fi.EAGAIN:
+		return errReadAgain
+	case fi.EAVAIL:
+		return errReadAvail
+	case fi.EOVERRUN:
+		return errReadOverrun
+	}
+	return fmt.Errorf("cq read: %w", code)
+}
+
+func sreadError(code fi.Errno) error {
+	switch code {
+	case 0:
+		return nil
+	case fi.EAGAIN:
+		return errSReadAgain
+	case fi.EAVAIL:
+		return errSReadAvail
+	case fi.EOVERRUN:
+		return errSReadOverrun
+	}
+	return fmt.Errorf("cq sread: %w", code)
+}
+
+// Read takes up to len(buf) completions from the head of the CQ without
+// blocking (fi_cq_read), filling the fields of buf that the CQ's format has
+// (see Entry). It returns the number taken, or an error:
+//
+//   - fi.EAGAIN when the CQ is empty (also when len(buf) is 0; a non-empty
+//     CQ returns 0 for an empty buf);
+//   - fi.EAVAIL when the head is an error completion: successes queued ahead
+//     of an error are returned first, then ReadErr takes the error;
+//   - fi.EOVERRUN once an overrun CQ has returned its valid entries;
+//   - fi.EBADF after Close.
+//
+// Read first runs the progress functions of bound producers (manual
+// progress). It takes no lock with Attr.SingleConsumer, and never allocates
+// or makes a system call.
+func (q *CQ) Read(buf []Entry) (int, error) {
+	if q.closed.Load() {
+		return 0, errReadClosed
+	}
+	q.progress()
+	n, code := q.take(buf, nil)
+	return n, readError(code)
+}
+
+// ReadFrom is Read that also reports each entry's source (fi_cq_readfrom):
+// src[i] is the sender of buf[i], as its fi_addr or, with fi.AV_USER_ID, its
+// user ID. It is fi.AddrNotAvail when the producing endpoint lacks
+// fi.SOURCE or the sender is not in the address vector. src must be at least
+// as long as buf (fi.EINVAL otherwise); nil src is Read.
+func (q *CQ) ReadFrom(buf []Entry, src []fi.Addr) (int, error) {
+	if src != nil && len(src) < len(buf) {
+		return 0, fmt.Errorf("cq readfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
+	}
+	if q.closed.Load() {
+		return 0, errReadClosed
+	}
+	q.progress()
+	n, code := q.take(buf, src)
+	return n, readError(code)
+}
+
+// take moves successful entries from the head into buf.
+func (q *CQ) take(buf []Entry, src []fi.Addr) (int, fi.Errno) {
+	for {
+		if !q.attr.SingleConsumer {
+			q.consMu.Lock()
+		}
+		h := q.head.Load()
+		t := q.tail.Load()
+		if t == h {
+			if !q.attr.SingleConsumer {
+				q.consMu.Unlock()
+			}
+			if !q.overrun.Load() {
+				return 0, fi.EAGAIN
+			}
+			// No producer publishes once the CQ is overrun, so an empty
+			// ring now stays empty.
+			if q.tail.Load() == h {
+				return 0, fi.EOVERRUN
+			}
+			continue
+		}
+		n := int(min(t-h, uint64(len(buf))))
+		i := q.copyOut(buf[:n], h)
+		if src != nil {
+			for j := range i {
+				src[j] = q.ring[(h+uint64(j))&q.mask].src
+			}
+		}
+		if i > 0 {
+			q.head.Store(h + uint64(i))
+		}
+		if !q.attr.SingleConsumer {
+			q.consMu.Unlock()
+		}
+		if i == 0 && n > 0 {
+			return 0, fi.EAVAIL
+		}
+		return i, 0
+	}
+}
+
+// copyOut copies the successful entries at h, h+1, ... into buf, stopping at
+// the first error entry, and returns how many it copied. It drops the
+// ring's references to them, so that queued contexts and buffers do not
+// outlive their completions.
+func (q *CQ) copyOut(buf []Entry, h uint64) int {
+	ring, mask := q.ring, q.mask
+	switch q.attr.Format {
+	case FORMAT_CONTEXT:
+		for i := range buf {
+			s := &ring[(h+uint64(i))&mask]
+			if s.isErr {
+				return i
+			}
+			buf[i] = Entry{OpContext: s.e.OpContext}
+			s.e.OpContext, s.e.Buf = nil, nil
+		}
+	case FORMAT_MSG:
+		for i := range buf {
+			s := &ring[(h+uint64(i))&mask]
+			if s.isErr {
+				return i
+			}
+			buf[i] = Entry{OpContext: s.e.OpContext, Flags: s.e.Flags, Len: s.e.Len}
+			s.e.OpContext, s.e.Buf = nil, nil
+		}
+	case FORMAT_DATA:
+		for i := range buf {
+			s := &ring[(h+uint64(i))&mask]
+			if s.isErr {
+				return i
+			}
+			buf[i] = Entry{OpContext: s.e.OpContext, Flags: s.e.Flags, Len: s.e.Len, Buf: s.e.Buf, Data: s.e.Data}
+			s.e.OpContext, s.e.Buf = nil, nil
+		}
+	default: // FORMAT_TAGGED
+		for i := range buf {
+			s := &ring[(h+uint64(i))&mask]
+			if s.isErr {
+				return i
+			}
+			buf[i] = s.e
+			s.e.OpContext, s.e.Buf = nil, nil
+		}
+	}
+	return len(buf)
+}
+
+// ReadErr takes the error completion at the head of the CQ (fi_cq_readerr)
+// into e; see ErrEntry for the two ErrData buffer rules. It fails with
+// fi.EAGAIN, changing nothing, when the head is not an error completion,
+// with fi.EOVERRUN once an overrun CQ is drained, and with fi.EINVAL for a
+// nil e. Like libfabric, it does not run progress.
+func (q *CQ) ReadErr(e *ErrEntry) error {
+	if e == nil {
+		return fmt.Errorf("cq readerr: nil entry: %w", fi.EINVAL)
+	}
+	if q.closed.Load() {
+		return errReadErrClosed
+	}
+	if !q.attr.SingleConsumer {
+		q.consMu.Lock()
+		defer q.consMu.Unlock()
+	}
+	h := q.head.Load()
+	if q.tail.Load() == h {
+		if q.overrun.Load() && q.tail.Load() == h {
+			return errReadErrOver
+		}
+		return errReadErrAgain
+	}
+	s := &q.ring[h&q.mask]
+	if !s.isErr {
+		return errReadErrAgain
+	}
+	ei := s.ei
+	user := e.ErrData
+	*e = ErrEntry{
+		OpContext: s.e.OpContext,
+		Flags:     s.e.Flags,
+		Len:       s.e.Len,
+		Buf:       s.e.Buf,
+		Data:      s.e.Data,
+		Tag:       s.e.Tag,
+		OLen:      ei.olen,
+		Err:       ei.err,
+		ProvErrno: ei.provErrno,
+		SrcAddr:   s.src,
+	}
+	switch {
+	case len(user) == 0 || unsafe.SliceData(user) == unsafe.SliceData(q.errBuf):
+		// CQ-owned buffer, valid until the next read call.
+		if len(ei.data) > 0 {
+			q.errBuf = append(q.errBuf[:0], ei.data...)
+			e.ErrData = q.errBuf
+		}
+	default:
+		e.ErrData = user[:copy(user, ei.data)]
+	}
+	s.e.OpContext, s.e.Buf = nil, nil
+	q.errQueued.Add(-1)
+	q.head.Store(h + 1)
+	return nil
+}
+
+// SRead is Read that blocks (fi_cq_sread) until the wait condition holds
+// (an entry, or Attr.Threshold entries under COND_THRESHOLD; an error entry
+// or an overrun always ends the wait), the timeout expires, or Signal is
+// called. timeout 0 polls; a negative timeout waits forever. On expiry or
+// Signal it returns what is queued, or fi.EAGAIN if nothing is. It fails
+// with fi.EINVAL under WAIT_NONE and WAIT_SET, and with fi.EBADF if the CQ
+// is closed meanwhile. It blocks on the CQ's wait object, without spinning
+// except under WAIT_YIELD; with manual progress it runs the progress
+// functions between sleeps of 20 µs growing to 1 ms.
+func (q *CQ) SRead(buf []Entry, timeout time.Duration) (int, error) {
+	return q.SReadFrom(buf, nil, timeout)
+}
+
+// Backoff between progress calls while a manual-progress SRead waits.
+const (
+	progressBackoffMin = 20 * time.Microsecond
+	progressBackoffMax = time.Millisecond
+)
+
+// SReadFrom is SRead with sources, as in ReadFrom (fi_cq_sreadfrom).
+func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, error) {
+	if src != nil && len(src) < len(buf) {
+		return 0, fmt.Errorf("cq sreadfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
+	}
+	switch q.attr.WaitObj {
+	case WAIT_NONE, WAIT_SET:
+		return 0, fmt.Errorf("cq sread: CQ opened with %s: %w", q.attr.WaitObj, fi.EINVAL)
+	}
+	if q.closed.Load() {
+		return 0, errSReadClosed
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	backoff := progressBackoffMin
+	for {
+		q.progress()
+		if q.ready() {
+			n, code := q.take(buf, src)
+			if code != fi.EAGAIN {
+				if code == 0 {
+					q.passOn()
+				}
+				return n, sreadError(code)
+			}
+		}
+		if q.closed.Load() {
+			return 0, errSReadClosed
+		}
+		if (q.signaled.Load() && q.signaled.CompareAndSwap(true, false)) ||
+			timeout == 0 || (timeout > 0 && !time.Now().Before(deadline)) {
+			n, code := q.take(buf, src)
+			return n, sreadError(code)
+		}
+		q.block(deadline, timeout < 0, &backoff)
+	}
+}
+
+// waitOver reports whether a sleeping SRead should get up.
+func (q *CQ) waitOver() bool {
+	return q.ready() || q.signaled.Load() || q.closed.Load()
+}
+
+// block sleeps until something may have changed. With manual progress
+// nobody else produces, so the sleep is cut short to run the progress
+// functions again.
+func (q *CQ) block(deadline time.Time, forever bool, backoff *time.Duration) {
+	if q.attr.WaitObj == WAIT_YIELD {
+		runtime.Gosched()
+		return
+	}
+	if q.hooks.Load() != nil {
+		limit := time.Now().Add(*backoff)
+		*backoff = min(2**backoff, progressBackoffMax)
+		if forever || limit.Before(deadline) {
+			deadline, forever = limit, false
+		}
+	}
+	q.w.await(q.waitOver, deadline, forever)
+}
+
+// passOn re-wakes sleepers on an eventfd after a read: a woken sleeper
+// drains the eventfd, which can leave another sleeper asleep although
+// entries remain.
+func (q *CQ) passOn() {
+	if w := q.w; w != nil && w.kind != WAIT_MUTEX_COND && w.sleepers.Load() > 0 && q.ready() {
+		w.wake()
+	}
+}

@@ -1,0 +1,260 @@
+package cq
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// MutexCond is the WAIT_MUTEX_COND wait object that Control(GETWAIT)
+// returns (struct fi_mutex_cond). Producers broadcast on Cond, holding
+// Mutex, when a waiter armed the CQ with TryWait. To wait on it:
+//
+//	mc.Mutex.Lock()
+//	if q.TryWait() == nil {
+//		mc.Cond.Wait()
+//	}
+//	mc.Mutex.Unlock()
+//	n, err := q.Read(buf)
+//
+// TryWait must be called with Mutex held, or a completion that arrives
+// between TryWait and Wait can be missed.
+type MutexCond struct {
+	Mutex *sync.Mutex
+	Cond  *sync.Cond
+}
+
+var eventOne = [8]byte{1} // an eventfd increment of 1 (host byte order, little-endian)
+
+// waiter is the wait object behind a CQ or a WaitSet (WAIT_FD, WAIT_POLLFD
+// or WAIT_MUTEX_COND; WAIT_YIELD and WAIT_NONE have none).
+//
+// Producers wake it only when someone waits, so a completion costs no system
+// call or lock unless a reader sleeps: a sleeper increments sleepers, then
+// re-checks its condition, then sleeps; a producer publishes, then loads
+// sleepers. Go's atomics are sequentially consistent, so either the sleeper
+// sees the completion or the producer sees the sleeper. An external waiter
+// (TryWait, for an fd in epoll or the MutexCond) sets armed instead, which
+// the next wake clears.
+type waiter struct {
+	kind     WaitObj
+	sleepers atomic.Int32
+	armed    atomic.Bool
+	closed   atomic.Bool
+
+	// WAIT_FD and WAIT_POLLFD: efd is the eventfd producers write;
+	// killfd is written once by close and never drained, so every
+	// poller wakes and leaves before the descriptors are closed.
+	efd, killfd int
+	fdMu        sync.Mutex // guards efd writes/drains outside pollers, fdUsers, closing
+	fdUsers     int        // goroutines inside ppoll
+	fdIdle      sync.Cond  // signaled when fdUsers drops to 0 after close
+
+	// WAIT_MUTEX_COND: gen counts wakes; a sleeper waits until it moves.
+	mu     sync.Mutex
+	cond   sync.Cond
+	gen    atomic.Uint64
+	timers sync.Pool // *time.Timer that broadcast cond, for timed waits
+}
+
+func newWaiter(kind WaitObj) (*waiter, error) {
+	w := &waiter{kind: kind, efd: -1, killfd: -1}
+	w.cond.L = &w.mu
+	w.fdIdle.L = &w.fdMu
+	switch kind {
+	case WAIT_FD, WAIT_POLLFD:
+		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("eventfd: %w", err)
+		}
+		killfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			unix.Close(efd)
+			return nil, fmt.Errorf("eventfd: %w", err)
+		}
+		w.efd, w.killfd = efd, killfd
+	case WAIT_MUTEX_COND:
+		w.timers.New = func() any {
+			t := time.AfterFunc(time.Hour, w.broadcast)
+			t.Stop()
+			return t
+		}
+	default:
+		panic("cq: no waiter for " + kind.String())
+	}
+	return w, nil
+}
+
+// wanted reports whether a producer must wake the waiter.
+func (w *waiter) wanted() bool {
+	return w.sleepers.Load() != 0 || w.armed.Load()
+}
+
+// wake wakes every sleeper and disarms external waiters.
+func (w *waiter) wake() {
+	w.armed.Store(false)
+	switch w.kind {
+	case WAIT_FD, WAIT_POLLFD:
+		w.fdMu.Lock()
+		if !w.closed.Load() {
+			unix.Write(w.efd, eventOne[:])
+		}
+		w.fdMu.Unlock()
+	case WAIT_MUTEX_COND:
+		w.mu.Lock()
+		w.gen.Add(1)
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}
+}
+
+func (w *waiter) broadcast() {
+	w.mu.Lock()
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
+
+// arm prepares for an external wait (TryWait): it clears a stale eventfd
+// count, so that the descriptor becomes readable only for new completions,
+// then arms. The caller re-checks its condition afterwards.
+func (w *waiter) arm() {
+	if w.kind == WAIT_FD || w.kind == WAIT_POLLFD {
+		w.fdMu.Lock()
+		if !w.closed.Load() {
+			var b [8]byte
+			unix.Read(w.efd, b[:])
+		}
+		w.fdMu.Unlock()
+	}
+	w.armed.Store(true)
+}
+
+// await sleeps until a wake, close, or the deadline (if !forever), unless
+// done already reports true once the sleeper is registered. Wakes can be
+// spurious; callers loop.
+func (w *waiter) await(done func() bool, deadline time.Time, forever bool) {
+	w.sleepers.Add(1)
+	gen := w.gen.Load()
+	if !done() && !w.closed.Load() {
+		switch w.kind {
+		case WAIT_FD, WAIT_POLLFD:
+			w.pollFD(deadline, forever)
+		case WAIT_MUTEX_COND:
+			w.waitCond(gen, deadline, forever)
+		}
+	}
+	w.sleepers.Add(-1)
+}
+
+func (w *waiter) pollFD(deadline time.Time, forever bool) {
+	w.fdMu.Lock()
+	if w.closed.Load() {
+		w.fdMu.Unlock()
+		return
+	}
+	w.fdUsers++
+	w.fdMu.Unlock()
+
+	fds := [2]unix.PollFd{
+		{Fd: int32(w.efd), Events: unix.POLLIN},
+		{Fd: int32(w.killfd), Events: unix.POLLIN},
+	}
+	var ts *unix.Timespec
+	if !forever {
+		d := time.Until(deadline)
+		if d < 0 {
+			d = 0
+		}
+		t := unix.NsecToTimespec(int64(d))
+		ts = &t
+	}
+	// EINTR (the runtime preempts with signals) is a spurious wake.
+	n, _ := unix.Ppoll(fds[:], ts, nil)
+	if n > 0 && fds[0].Revents&unix.POLLIN != 0 {
+		var b [8]byte
+		unix.Read(w.efd, b[:])
+	}
+
+	w.fdMu.Lock()
+	w.fdUsers--
+	if w.fdUsers == 0 && w.closed.Load() {
+		w.fdIdle.Broadcast()
+	}
+	w.fdMu.Unlock()
+}
+
+func (w *waiter) waitCond(gen uint64, deadline time.Time, forever bool) {
+	var t *time.Timer
+	if !forever {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return
+		}
+		t = w.timers.Get().(*time.Timer)
+		t.Reset(d)
+	}
+	w.mu.Lock()
+	for w.gen.Load() == gen && !w.closed.Load() {
+		if t != nil && !time.Now().Before(deadline) {
+			break
+		}
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
+	if t != nil {
+		t.Stop()
+		w.timers.Put(t)
+	}
+}
+
+// close wakes every sleeper for good and, for an eventfd, waits until no
+// goroutine polls it before closing it.
+func (w *waiter) close() {
+	switch w.kind {
+	case WAIT_FD, WAIT_POLLFD:
+		w.fdMu.Lock()
+		w.closed.Store(true)
+		unix.Write(w.killfd, eventOne[:])
+		for w.fdUsers > 0 {
+			w.fdIdle.Wait()
+		}
+		unix.Close(w.efd)
+		unix.Close(w.killfd)
+		w.fdMu.Unlock()
+	case WAIT_MUTEX_COND:
+		w.mu.Lock()
+		w.closed.Store(true)
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}
+}
+
+// getWait stores the wait object in arg (FI_GETWAIT).
+func (w *waiter) getWait(arg any) error {
+	switch w.kind {
+	case WAIT_FD:
+		if p, ok := arg.(*int); ok && p != nil {
+			*p = w.efd
+			return nil
+		}
+		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *int: %w", w.kind, arg, fi.EINVAL)
+	case WAIT_POLLFD:
+		if p, ok := arg.(*[]unix.PollFd); ok && p != nil {
+			*p = []unix.PollFd{{Fd: int32(w.efd), Events: unix.POLLIN}}
+			return nil
+		}
+		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *[]unix.PollFd: %w", w.kind, arg, fi.EINVAL)
+	case WAIT_MUTEX_COND:
+		if p, ok := arg.(*MutexCond); ok && p != nil {
+			*p = MutexCond{Mutex: &w.mu, Cond: &w.cond}
+			return nil
+		}
+		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *cq.MutexCond: %w", w.kind, arg, fi.EINVAL)
+	}
+	return fmt.Errorf("FI_GETWAIT on %s: %w", w.kind, fi.ENODATA)
+}
