@@ -29,13 +29,18 @@ type Result struct {
 	Frame []byte
 }
 
-// Run feeds frame to the program once.
-func Run(dp *loader.Dataplane, f []byte) (Result, error) {
+// Run feeds frame to the program once, as if it arrived on rx queue 0.
+func Run(dp *loader.Dataplane, f []byte) (Result, error) { return RunQueue(dp, f, bpf.XDPMD{}) }
+
+// RunQueue feeds frame to the program once with the given context (the
+// kernel needs IngressIfindex, of a device in the calling thread's network
+// namespace, for any RxQueueIndex but 0).
+func RunQueue(dp *loader.Dataplane, f []byte, ctx bpf.XDPMD) (Result, error) {
 	out := make([]byte, len(f)+256)
 	var ctxOut bpf.XDPMD
+	ctx.DataEnd = uint32(len(f))
 	ret, err := dp.Program.Run(&ebpf.RunOptions{
-		Data: f, DataOut: out,
-		Context: bpf.XDPMD{DataEnd: uint32(len(f))}, ContextOut: &ctxOut,
+		Data: f, DataOut: out, Context: ctx, ContextOut: &ctxOut,
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("test run: %w", err)
