@@ -41,13 +41,19 @@ func kickRx(fd int) unix.Errno {
 
 // netnsOf identifies the network namespace a socket lives in (SIOCGSKNS),
 // which together with ifindex and queue names the device queue it binds to.
+// SIOCGSKNS needs CAP_NET_ADMIN; without it, the calling thread's namespace
+// is the socket's, as the socket was just created on it (a caller inside
+// another namespace holds its thread locked there).
 func netnsOf(fd int) (uint64, error) {
+	var st unix.Stat_t
 	nsfd, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
 	if err != nil {
-		return 0, err
+		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+			return 0, err
+		}
+		return st.Ino, nil
 	}
 	defer unix.Close(nsfd)
-	var st unix.Stat_t
 	if err := unix.Fstat(nsfd, &st); err != nil {
 		return 0, err
 	}

@@ -21,9 +21,9 @@ const (
 
 // PacketHeadroom is the space the kernel keeps free in front of every packet
 // it writes into a UMEM frame (XDP_PACKET_HEADROOM), on top of
-// UMEMConfig.Headroom. XDP metadata (bpf_xdp_adjust_meta) is copied into its
-// end, immediately before the packet, so up to this many bytes of metadata
-// always fit; the kernel itself caps metadata at 32 bytes on some paths.
+// UMEMConfig.Headroom. XDP metadata is copied into its end, immediately
+// before the packet; bpf_xdp_adjust_meta allows at most 32 bytes (in
+// multiples of 4), so metadata always fits.
 const PacketHeadroom = unix.XDP_PACKET_HEADROOM
 
 // UMEMConfig sizes a UMEM. Zero fields take the defaults.

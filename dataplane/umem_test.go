@@ -203,56 +203,100 @@ func TestUMEMOverMemlockLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if lim.Cur == unix.RLIM_INFINITY || lim.Cur > 64<<20 {
-		testutil.Skip(t, "RLIMIT_MEMLOCK is unlimited or above 64 MiB")
+		// Lower the soft limit for this test only (nothing else in this
+		// package runs meanwhile: no test here is parallel).
+		saved := lim
+		lim.Cur = 8 << 20
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &saved); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 	bed := testbed.New(t, testbed.Options{})
 	frames := int(lim.Cur/4096) + 256
 	u := newUMEM(t, dataplane.UMEMConfig{NumFrames: frames, FillSize: 64, CompSize: 64})
-	target, err := netns.GetFromPath(bed.B.Path())
+	s, err := openWithoutCap(t, bed.B, u, unix.CAP_IPC_LOCK)
+	if err == nil {
+		s.Close()
+	}
+	if !errors.Is(err, fi.ENOBUFS) || !strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
+		t.Fatalf("UMEM of %d bytes over a %d-byte limit: %v", frames*4096, lim.Cur, err)
+	}
+	t.Log(err)
+}
+
+// TestOpenWithoutNetAdmin opens a socket from a thread without
+// CAP_NET_ADMIN, where the socket's namespace cannot be asked for.
+func TestOpenWithoutNetAdmin(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	bed := testbed.New(t, testbed.Options{})
+	u := newUMEM(t, dataplane.UMEMConfig{NumFrames: 64})
+	s, err := openWithoutCap(t, bed.B, u, unix.CAP_NET_ADMIN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A second socket on the same queue must find the first one's rings.
+	s2, err := openWithoutCap(t, bed.B, u, unix.CAP_NET_ADMIN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s.FillFree() != 64 || s2.FillFree() != 0 {
+		t.Fatal("the two sockets do not share the queue's fill ring")
+	}
+}
+
+// openWithoutCap opens a socket on h's veth0 from a thread inside h's
+// namespace that dropped capability bit from its effective set
+// (capabilities are per thread). The thread returns to the scheduler only
+// if both its capabilities and its namespace were restored.
+func openWithoutCap(t *testing.T, h *testbed.Host, u *dataplane.UMEM, capBit int) (*dataplane.Socket, error) {
+	t.Helper()
+	target, err := netns.GetFromPath(h.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer target.Close()
-
-	errc := make(chan error, 1)
+	type result struct {
+		s   *dataplane.Socket
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		// This thread's namespace and capabilities change: it returns to
-		// the scheduler only if both are restored.
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
-			errc <- err
+			done <- result{err: err}
 			return
 		}
 		defer orig.Close()
 		if err := netns.Set(target); err != nil {
-			errc <- err
+			done <- result{err: err}
 			return
 		}
 		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 		var caps, dropped [2]unix.CapUserData
 		if err := unix.Capget(&hdr, &caps[0]); err != nil {
-			errc <- err
+			done <- result{err: err}
 			return
 		}
 		dropped = caps
-		dropped[0].Effective &^= 1 << unix.CAP_IPC_LOCK
+		dropped[capBit/32].Effective &^= 1 << (capBit % 32)
 		if err := unix.Capset(&hdr, &dropped[0]); err != nil {
-			errc <- err
+			done <- result{err: err}
 			return
 		}
-		s, openErr := dataplane.Open(bed.B.Ifindex, 0, u, dataplane.SocketConfig{})
-		if openErr == nil {
-			s.Close()
-		}
+		s, openErr := dataplane.Open(h.Ifindex, 0, u, dataplane.SocketConfig{Logger: testLogger(t)})
 		if unix.Capset(&hdr, &caps[0]) == nil && netns.Set(orig) == nil {
 			runtime.UnlockOSThread()
 		}
-		errc <- openErr
+		done <- result{s, openErr}
 	}()
-	err = <-errc
-	if !errors.Is(err, fi.ENOBUFS) || !strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
-		t.Fatalf("UMEM of %d bytes over a %d-byte limit: %v", frames*4096, lim.Cur, err)
-	}
-	t.Log(err)
+	r := <-done
+	return r.s, r.err
 }
