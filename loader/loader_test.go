@@ -1,0 +1,165 @@
+package loader_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+func load(t *testing.T, root string) *loader.Dataplane {
+	t.Helper()
+	testutil.RequirePrivileged(t)
+	dp, err := loader.Load(loader.Config{PinRoot: root, AVEntries: 1024, MaxAVs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	return dp
+}
+
+// xdpState reports the XDP program attached to h's link, as netlink sees it.
+func xdpState(t *testing.T, h *testbed.Host) (attached bool, mode uint32, progID uint32) {
+	t.Helper()
+	h.Do(func() error {
+		l, err := netlink.LinkByName(h.Link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x := l.Attrs().Xdp; x != nil {
+			attached, mode, progID = x.Attached, x.AttachMode, x.ProgId
+		}
+		return nil
+	})
+	return
+}
+
+func attach(t *testing.T, dp *loader.Dataplane, h *testbed.Host, ifname string, mode loader.Mode) (*loader.Attachment, error) {
+	t.Helper()
+	var a *loader.Attachment
+	err := h.Do(func() (err error) {
+		a, err = dp.Attach(ifname, mode)
+		return err
+	})
+	return a, err
+}
+
+func TestAttachModes(t *testing.T) {
+	dp := load(t, "")
+	bed := testbed.New(t, testbed.Options{})
+	info, _ := dp.Program.Info()
+	id, _ := info.ID()
+	for _, tc := range []struct {
+		mode   loader.Mode
+		nlMode uint32
+	}{{loader.Native, 1}, {loader.Generic, 2}} {
+		a, err := attach(t, dp, bed.A, testbed.LinkName, tc.mode)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.mode, err)
+		}
+		on, mode, prog := xdpState(t, bed.A)
+		if !on || mode != tc.nlMode || prog != uint32(id) {
+			t.Errorf("%v: attached=%v mode=%d prog=%d, want mode %d prog %d", tc.mode, on, mode, prog, tc.nlMode, id)
+		}
+		// Unpinned: closing the handle detaches.
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if on, _, _ := xdpState(t, bed.A); on {
+			t.Errorf("%v: still attached after Close", tc.mode)
+		}
+	}
+}
+
+func TestAttachErrors(t *testing.T) {
+	dp := load(t, "")
+	bed := testbed.New(t, testbed.Options{})
+	if _, err := attach(t, dp, bed.A, "no-such-if0", loader.Native); !errors.Is(err, fi.ENODEV) {
+		t.Errorf("missing interface: %v", err)
+	}
+	// loopback has no native XDP.
+	if _, err := attach(t, dp, bed.A, "lo", loader.Native); !errors.Is(err, fi.EOPNOTSUPP) {
+		t.Errorf("native on lo: %v", err)
+	}
+	if a, err := attach(t, dp, bed.A, "lo", loader.Generic); err != nil {
+		t.Errorf("generic on lo: %v", err)
+	} else {
+		a.Close()
+	}
+	// Another program already attached.
+	other := load(t, "")
+	bed.A.AttachXDP(t, other.Program)
+	if _, err := attach(t, dp, bed.A, testbed.LinkName, loader.Native); !errors.Is(err, fi.EBUSY) {
+		t.Errorf("second program: %v", err)
+	}
+	if _, err := loader.ParseMode("turbo"); !errors.Is(err, fi.EINVAL) {
+		t.Errorf("bad mode: %v", err)
+	}
+}
+
+// A pinned link outlives its process's handle and is adopted, not
+// replaced, by the next Attach; Detach removes it.
+func TestPinnedLinkAdoption(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	root := filepath.Join(t.TempDir(), "bpffs")
+	dp := load(t, root)
+	t.Cleanup(func() { loader.UnmountBPFFS(root) })
+	if ok, err := loader.IsBPFFS(root); !ok || err != nil {
+		t.Fatalf("pin root not on bpffs: %v %v", ok, err)
+	}
+	bed := testbed.New(t, testbed.Options{})
+	a, err := attach(t, dp, bed.A, testbed.LinkName, loader.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Adopted {
+		t.Error("first attach reports adopted")
+	}
+	a.Close()
+	if on, _, _ := xdpState(t, bed.A); !on {
+		t.Fatal("pinned link detached when its handle closed")
+	}
+	dp2 := load(t, root)
+	b, err := attach(t, dp2, bed.A, testbed.LinkName, loader.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Adopted {
+		t.Error("second attach did not adopt the pinned link")
+	}
+	b.Close()
+	if err := bed.A.Do(func() error { return dp2.Detach(testbed.LinkName) }); err != nil {
+		t.Fatal(err)
+	}
+	if on, _, _ := xdpState(t, bed.A); on {
+		t.Error("still attached after Detach")
+	}
+	if err := dp2.Detach(testbed.LinkName); !errors.Is(err, fi.ENOENT) {
+		t.Errorf("second detach: %v", err)
+	}
+	if err := load(t, "").Detach("x"); !errors.Is(err, fi.ENOENT) {
+		t.Errorf("detach on unpinned dataplane: %v", err)
+	}
+	dp.Unpin()
+}
+
+func TestCounters(t *testing.T) {
+	dp := load(t, "")
+	c, err := dp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range c {
+		if v != 0 {
+			t.Errorf("fresh counter %d = %d", i, v)
+		}
+	}
+	if err := dp.ResetCounters(); err != nil {
+		t.Fatal(err)
+	}
+}
