@@ -1,0 +1,104 @@
+package av_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// benchAddr gives 2^24 distinct addresses.
+func benchAddr(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)}), uint16(1024+i>>17))
+}
+
+// Insert throughput: one address per call, with and without FI_MORE, and
+// 1024 per call. Removes happen off the clock when the AV fills.
+func BenchmarkInsert(b *testing.B) {
+	const capacity = 1 << 16
+	for _, bc := range []struct {
+		name  string
+		batch int
+		more  bool
+	}{{"single", 1, false}, {"single-FI_MORE", 1, true}, {"batch1024", 1024, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			dp := newDP(b, 2*capacity) // half full: a full preallocated hash is slower
+			a := openAV(b, dp, av.Attr{Count: capacity})
+			buf := make([]netip.AddrPort, bc.batch)
+			all := make([]fi.Addr, 0, capacity)
+			n := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i += bc.batch {
+				if n+bc.batch > capacity {
+					b.StopTimer()
+					a.Insert(nil, nil, 0, nil) // flush FI_MORE
+					all = all[:0]
+					for j := range n {
+						all = append(all, fi.Addr(j))
+					}
+					if err := a.Remove(all, 0); err != nil {
+						b.Fatal(err)
+					}
+					n = 0
+					b.StartTimer()
+				}
+				for j := range buf {
+					buf[j] = benchAddr(n + j)
+				}
+				flags := fi.Flags(0)
+				if bc.more && (n+bc.batch)%1024 != 0 {
+					flags = fi.MORE
+				}
+				if got, err := a.Insert(buf, nil, flags, nil); got != bc.batch || err != nil {
+					b.Fatal(got, err)
+				}
+				n += bc.batch
+			}
+			a.Insert(nil, nil, 0, nil)
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/address")
+		})
+	}
+}
+
+// Remove throughput: one address per call and 1024 per call.
+func BenchmarkRemove(b *testing.B) {
+	const capacity = 1 << 16
+	for _, batch := range []int{1, 1024} {
+		b.Run(map[int]string{1: "single", 1024: "batch1024"}[batch], func(b *testing.B) {
+			dp := newDP(b, 2*capacity) // half full: a full preallocated hash is slower
+			a := openAV(b, dp, av.Attr{Count: capacity})
+			fill := func() {
+				addrs := make([]netip.AddrPort, capacity)
+				for j := range addrs {
+					addrs[j] = benchAddr(j)
+				}
+				if _, err := a.Insert(addrs, nil, 0, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fill()
+			ids := make([]fi.Addr, batch)
+			next := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				if next+batch > capacity {
+					b.StopTimer()
+					fill()
+					next = 0
+					b.StartTimer()
+				}
+				for j := range ids {
+					ids[j] = fi.Addr(next + j)
+				}
+				if err := a.Remove(ids, 0); err != nil {
+					b.Fatal(err)
+				}
+				next += batch
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/address")
+		})
+	}
+}
