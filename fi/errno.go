@@ -73,7 +73,7 @@ const (
 )
 
 var fiStrings = [...]string{
-	EOTHER - EOTHER:      "Unspecified error",
+	0:                    "Unspecified error",
 	ETOOSMALL - EOTHER:   "Provided buffer is too small",
 	EOPBADSTATE - EOTHER: "Operation not permitted in current state",
 	EAVAIL - EOTHER:      "Error available",
