@@ -30,10 +30,6 @@ struct vlan_hdr {
 	__be16 encap_proto;
 };
 
-/* Name the shared structs so bpf2go finds them in BTF (-type). */
-struct xdpfab_meta _meta_btf __attribute__((unused));
-struct xdpfab_hdr _hdr_btf __attribute__((unused));
-
 static __always_inline int count(__u32 idx, int verdict)
 {
 	__u64 *c = bpf_map_lookup_elem(&xdpfab_stats, &idx);

@@ -7,8 +7,8 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Go names for the structs in xdpfab_structs.h. The layouts are generated
-// from the object's BTF by bpf2go, so they cannot drift from the C side.
+// Go names for the map key and value structs in xdpfab_structs.h. bpf2go
+// generates them from the object's BTF, so they cannot drift from C.
 type (
 	// Addr is struct xdpfab_addr: a peer or local address and UDP port.
 	Addr = xdpfabXdpfabAddr
@@ -28,12 +28,22 @@ type (
 	EPKey = xdpfabXdpfabEpKey
 	// EPVal is struct xdpfab_ep_val, the endpoint table's value.
 	EPVal = xdpfabXdpfabEpVal
-	// Meta is struct xdpfab_meta, written in front of redirected frames.
-	Meta = xdpfabXdpfabMeta
-	// Hdr is struct xdpfab_hdr, the wire header (fields in network order
-	// on the wire; use PutHdr/ParseHdr rather than the raw struct).
-	Hdr = xdpfabXdpfabHdr
 )
+
+// Meta is struct xdpfab_meta, the 32 bytes XDP writes in front of every
+// redirected frame (ParseMeta decodes it; the C header pins its offsets).
+type Meta struct {
+	FiAddr     uint64
+	UserId     uint64
+	EpId       uint32
+	Flags      uint16
+	L3Off      uint16 // offset of the IP header in the frame
+	HdrOff     uint16 // offset of the xdpfab header in the frame
+	PayloadLen uint16
+	Family     uint8
+	Version    uint8
+	RxCtx      uint8
+}
 
 // Constants mirrored from xdpfab_consts.h (TestConstsMatchC keeps them honest).
 const (

@@ -76,34 +76,6 @@ type xdpfabXdpfabEpVal struct {
 	AuthKey uint32
 }
 
-type xdpfabXdpfabHdr struct {
-	_       structs.HostLayout
-	Magic   uint32
-	Version uint8
-	Op      uint8
-	Flags   uint8
-	RxCtx   uint8
-	Group   uint32
-	AuthKey uint32
-	Tag     uint64
-	CqData  uint64
-}
-
-type xdpfabXdpfabMeta struct {
-	_          structs.HostLayout
-	FiAddr     uint64
-	UserId     uint64
-	EpId       uint32
-	Flags      uint16
-	L3Off      uint16
-	HdrOff     uint16
-	PayloadLen uint16
-	Family     uint8
-	Version    uint8
-	RxCtx      uint8
-	Pad        uint8
-}
-
 type xdpfabXdpfabRevKey struct {
 	_     structs.HostLayout
 	AvId  uint32
@@ -133,8 +105,6 @@ const (
 	xdpfabMapXdpfabStats   = "xdpfab_stats"
 	xdpfabMapXdpfabXsks    = "xdpfab_xsks"
 	xdpfabProgXdpfabRx     = "xdpfab_rx"
-	xdpfabVarHdrBtf        = "_hdr_btf"
-	xdpfabVarMetaBtf       = "_meta_btf"
 )
 
 // loadXdpfab returns the embedded CollectionSpec for xdpfab.
@@ -199,8 +169,6 @@ type xdpfabMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpfabVariableSpecs struct {
-	HdrBtf  *ebpf.VariableSpec `ebpf:"_hdr_btf"`
-	MetaBtf *ebpf.VariableSpec `ebpf:"_meta_btf"`
 }
 
 // xdpfabObjects contains all objects after they have been loaded into the kernel.
@@ -248,8 +216,6 @@ func (m *xdpfabMaps) Close() error {
 //
 // It can be passed to loadXdpfabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpfabVariables struct {
-	HdrBtf  *ebpf.Variable `ebpf:"_hdr_btf"`
-	MetaBtf *ebpf.Variable `ebpf:"_meta_btf"`
 }
 
 // xdpfabPrograms contains all programs after they have been loaded into the kernel.

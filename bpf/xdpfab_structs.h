@@ -117,4 +117,29 @@ struct xdpfab_hdr {
 	__be64 cq_data;
 };
 
+/* Go decodes the metadata and the wire header at fixed offsets
+ * (bpf/types.go ParseMeta, PutHdr, ParseHdr): pin them here. */
+#define XDPFAB_AT(s, f, off) _Static_assert(__builtin_offsetof(struct s, f) == (off), #s "." #f)
+_Static_assert(sizeof(struct xdpfab_meta) == 32, "xdpfab_meta size");
+XDPFAB_AT(xdpfab_meta, fi_addr, 0);
+XDPFAB_AT(xdpfab_meta, user_id, 8);
+XDPFAB_AT(xdpfab_meta, ep_id, 16);
+XDPFAB_AT(xdpfab_meta, flags, 20);
+XDPFAB_AT(xdpfab_meta, l3_off, 22);
+XDPFAB_AT(xdpfab_meta, hdr_off, 24);
+XDPFAB_AT(xdpfab_meta, payload_len, 26);
+XDPFAB_AT(xdpfab_meta, family, 28);
+XDPFAB_AT(xdpfab_meta, version, 29);
+XDPFAB_AT(xdpfab_meta, rx_ctx, 30);
+_Static_assert(sizeof(struct xdpfab_hdr) == 32, "xdpfab_hdr size");
+XDPFAB_AT(xdpfab_hdr, magic, 0);
+XDPFAB_AT(xdpfab_hdr, version, 4);
+XDPFAB_AT(xdpfab_hdr, op, 5);
+XDPFAB_AT(xdpfab_hdr, flags, 6);
+XDPFAB_AT(xdpfab_hdr, rx_ctx, 7);
+XDPFAB_AT(xdpfab_hdr, group, 8);
+XDPFAB_AT(xdpfab_hdr, auth_key, 12);
+XDPFAB_AT(xdpfab_hdr, tag, 16);
+XDPFAB_AT(xdpfab_hdr, cq_data, 24);
+
 #endif
