@@ -133,11 +133,8 @@ func isXDPFabMap(name string) bool {
 func loadError(err error) error {
 	var verr *ebpf.VerifierError
 	switch {
-	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		if os.Geteuid() != 0 {
-			return fmt.Errorf("load xdpfab dataplane: needs root (CAP_BPF, CAP_NET_ADMIN): %w", fi.EPERM)
-		}
-		return fmt.Errorf("load xdpfab dataplane: permission denied: %w", err)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("load xdpfab dataplane: needs CAP_BPF and CAP_NET_ADMIN (run as root) (%v): %w", err, fi.EPERM)
 	case errors.Is(err, ebpf.ErrMapIncompatible):
 		return fmt.Errorf("load xdpfab dataplane: a pinned map has another definition (sizes changed?); "+
 			"remove the pins or load with the same Config: %w: %w", fi.EEXIST, err)

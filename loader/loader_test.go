@@ -3,6 +3,7 @@ package loader_test
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -10,6 +11,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
 )
 
 func load(t *testing.T, root string) *loader.Dataplane {
@@ -162,4 +164,27 @@ func TestCounters(t *testing.T) {
 	if err := dp.ResetCounters(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Without the capabilities, each step says what it needs and carries EPERM.
+func TestPrivilegeErrors(t *testing.T) {
+	load(t, "") // probe kernel features with full privileges first
+	plain := t.TempDir() // not bpffs: Load must mount one there
+	testutil.WithoutCaps(t, []int{unix.CAP_BPF, unix.CAP_SYS_ADMIN, unix.CAP_PERFMON}, func() {
+		_, err := loader.Load(loader.Config{AVEntries: 1024})
+		if !errors.Is(err, fi.EPERM) || !strings.Contains(err.Error(), "CAP_BPF") {
+			t.Errorf("load without CAP_BPF: %v", err)
+		}
+		_, err = loader.Load(loader.Config{PinRoot: plain})
+		if !errors.Is(err, fi.EPERM) || !strings.Contains(err.Error(), "bpffs") {
+			t.Errorf("mount bpffs without CAP_SYS_ADMIN: %v", err)
+		}
+	})
+	if ok, _ := loader.IsBPFFS(plain); ok {
+		loader.UnmountBPFFS(plain)
+		t.Error("bpffs mounted without privileges")
+	}
+	// Attach has no such check to test: on Linux 6.18 BPF_LINK_CREATE for
+	// XDP succeeds without CAP_NET_ADMIN, CAP_BPF or CAP_SYS_ADMIN once the
+	// caller holds the program's fd (measured; see the issue notes).
 }
