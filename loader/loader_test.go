@@ -168,7 +168,7 @@ func TestCounters(t *testing.T) {
 
 // Without the capabilities, each step says what it needs and carries EPERM.
 func TestPrivilegeErrors(t *testing.T) {
-	load(t, "") // probe kernel features with full privileges first
+	load(t, "")          // probe kernel features with full privileges first
 	plain := t.TempDir() // not bpffs: Load must mount one there
 	testutil.WithoutCaps(t, []int{unix.CAP_BPF, unix.CAP_SYS_ADMIN, unix.CAP_PERFMON}, func() {
 		_, err := loader.Load(loader.Config{AVEntries: 1024})
