@@ -38,7 +38,7 @@ func (a *AV) keyHandle(fa fi.Addr) (uint32, bool) {
 // value, big endian, that endpoints enabled with it carry on the wire.
 // Inserting a key the AV holds returns its existing handle. flags must be 0.
 func (a *AV) InsertAuthKey(key []byte, flags fi.Flags) (fi.Addr, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if flags != 0 {
 		return fi.AddrNotAvail, fmt.Errorf("av insert_auth_key: flags %v must be 0: %w", flags, fi.EBADFLAGS)
@@ -90,7 +90,7 @@ func (a *AV) putKey(h uint32, k *authKey) error {
 // address inserted with fi.AUTH_KEY, into buf and returns its full size.
 // An address bound to no key fails with ENOKEY.
 func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
 		return 0, fmt.Errorf("av lookup_auth_key: %w", err)
@@ -158,7 +158,7 @@ func (a *AV) keyUsers(h uint32) int {
 // AcquireAuthKey enables an endpoint with auth key fa: it returns the key's
 // wire value and keeps the key from being removed until ReleaseAuthKey.
 func (a *AV) AcquireAuthKey(fa fi.Addr) (uint32, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
 		return 0, fmt.Errorf("av acquire auth key: %w", err)
@@ -173,7 +173,7 @@ func (a *AV) AcquireAuthKey(fa fi.Addr) (uint32, error) {
 
 // ReleaseAuthKey undoes AcquireAuthKey.
 func (a *AV) ReleaseAuthKey(fa fi.Addr) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if h, ok := a.keyHandle(fa); ok && a.keys[h].inUse > 0 {
 		a.keys[h].inUse--

@@ -3,7 +3,9 @@ package av
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
@@ -48,6 +50,39 @@ type AV struct {
 	closed  bool
 
 	bound atomic.Int32 // endpoints bound
+
+	// rw guards the cache against Resolve, which takes only its read side.
+	// Every other method holds it for writing together with the dataplane
+	// lock (see lock).
+	rw sync.RWMutex
+}
+
+// lock takes the dataplane lock (all AV changes of the node, serialised)
+// and the AV's cache lock.
+func (a *AV) lock() (unlock func()) {
+	dpUnlock := a.dp.Lock()
+	a.rw.Lock()
+	return func() {
+		a.rw.Unlock()
+		dpUnlock()
+	}
+}
+
+// Resolve returns the address at index fa for the transmit path: a read of
+// the process's cache under a read lock, with no system call. A named AV
+// changed by another process is seen from this process's next other AV
+// call on (which re-reads it).
+func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
+	a.rw.RLock()
+	defer a.rw.RUnlock()
+	if a.closed {
+		return netip.AddrPort{}, false
+	}
+	idx, ok := a.index(fa)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return a.entries[idx].addr.AddrPort(), true
 }
 
 // maxPending bounds FI_MORE deferral; past it the batch is written.
@@ -166,7 +201,7 @@ func (a *AV) Attr() Attr { return a.attr }
 // BindEndpoint records an endpoint using the AV: Close fails with EBUSY
 // until the matching UnbindEndpoint.
 func (a *AV) BindEndpoint() error {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if a.closed {
 		return fmt.Errorf("av bind endpoint: %w", fi.EOPBADSTATE)
@@ -188,7 +223,7 @@ func (a *AV) UnbindEndpoint() {
 // entries stay for the other processes and later opens (see Destroy).
 // Closing a closed AV returns nil.
 func (a *AV) Close() error {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if a.closed {
 		return nil

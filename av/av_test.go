@@ -435,6 +435,12 @@ func TestLookup(t *testing.T) {
 		if _, err := a.Lookup(fa, buf); !errors.Is(err, fi.EINVAL) {
 			t.Errorf("lookup %v: %v", fa, err)
 		}
+		if _, ok := a.Resolve(fa); ok {
+			t.Errorf("resolve %v succeeds", fa)
+		}
+	}
+	if ap, ok := a.Resolve(1); !ok || ap != peer6(1) {
+		t.Errorf("resolve 1: %v %v", ap, ok)
 	}
 }
 

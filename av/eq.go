@@ -36,7 +36,7 @@ func NewEventQueue() *EventQueue { return &EventQueue{} }
 
 // Bind binds eq to the AV (fi_av_bind). flags must be 0.
 func (a *AV) Bind(eq *EventQueue, flags fi.Flags) error {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	switch {
 	case a.closed:

@@ -59,7 +59,7 @@ func (a *AV) InsertStr(addrs []string, fiAddr []fi.Addr, flags fi.Flags, ctx any
 }
 
 func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	status, err := a.checkInsert(srcs, fiAddr, flags, ctx)
 	if err != nil {

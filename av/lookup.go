@@ -25,7 +25,7 @@ func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
 
 // LookupAddr returns the address at fiAddr.
 func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
 		return netip.AddrPort{}, fmt.Errorf("av lookup: %w", err)
@@ -68,7 +68,7 @@ func (a *AV) StrAddr(addr []byte, buf []byte) (int, error) {
 
 // Len returns the number of addresses in the AV.
 func (a *AV) Len() (int, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
 		return 0, fmt.Errorf("av len: %w", err)
@@ -87,7 +87,7 @@ type Entry struct {
 
 // Entries returns every address of the AV in index order.
 func (a *AV) Entries() ([]Entry, error) {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
 		return nil, fmt.Errorf("av entries: %w", err)
@@ -112,7 +112,7 @@ func (a *AV) Entries() ([]Entry, error) {
 // With fi.AUTH_KEY, fiAddr is an auth-key handle and the ID is the one
 // reported for unknown sources of that key.
 func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if a.attr.Flags&fi.AV_USER_ID == 0 {
 		return fmt.Errorf("av set_user_id: AV opened without FI_AV_USER_ID: %w", fi.EINVAL)

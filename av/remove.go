@@ -16,7 +16,7 @@ import (
 // When Remove returns, XDP no longer translates the removed sources: the
 // forward entries are deleted before the indices are freed.
 func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
-	unlock := a.dp.Lock()
+	unlock := a.lock()
 	defer unlock()
 	if bad := flags &^ fi.AUTH_KEY; bad != 0 {
 		return fmt.Errorf("av remove: flags %v not supported: %w", bad, fi.EINVAL)
