@@ -1,0 +1,149 @@
+package ep
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// ProgressMode selects who drives the endpoint (fi_domain(3) progress).
+type ProgressMode int
+
+// Progress modes.
+const (
+	// ProgressManual: the application's CQ reads poll the sockets.
+	ProgressManual ProgressMode = iota
+	// ProgressAuto: a goroutine of the endpoint polls them.
+	ProgressAuto
+)
+
+// Attr configures an endpoint.
+type Attr struct {
+	// Ifname is the interface, in the opening thread's network namespace.
+	Ifname string
+	// Local is the address and UDP port to receive on. An unspecified
+	// address (0.0.0.0 or ::) receives on every address of its family.
+	Local netip.AddrPort
+	// AV resolves destinations and names sources.
+	AV *av.AV
+	// TxCQ receives send completions; RxCQ receive completions (of every
+	// receive context unless RxCQs gives one per context).
+	TxCQ, RxCQ *cq.CQ
+	RxCQs      []*cq.CQ
+	// Caps: fi.MSG and fi.TAGGED (default both), fi.SOURCE, fi.SOURCE_ERR,
+	// fi.DIRECTED_RECV.
+	Caps fi.Flags
+	// DropUnknown makes the XDP program drop datagrams from sources not
+	// in the AV (counted in the dataplane counters) instead of delivering
+	// them with FI_ADDR_NOTAVAIL.
+	DropUnknown bool
+	// RxContexts is the number of receive contexts (default 1).
+	RxContexts int
+	// Queues is the number of rx queues to listen on, 0..Queues-1
+	// (default: all of the interface's rx queues).
+	Queues int
+	// OpFlags: fi.INJECT_COMPLETE reports sends once the data is copied
+	// into the socket's memory; the default, fi.TRANSMIT_COMPLETE, once
+	// the kernel has sent the frame.
+	OpFlags fi.Flags
+	// AuthKey, an auth-key handle of the AV, enables the endpoint with
+	// that key: it only knows peers bound to it and sends it on the wire.
+	AuthKey fi.Addr
+	// Progress mode (default manual).
+	Progress ProgressMode
+	// Frames in the UMEM (default 4096) and ring sizes (default 1024).
+	Frames, RingSize int
+	// MaxPosted bounds posted receives per context (default 1024).
+	MaxPosted int
+	// MinMultiRecv: a multi-receive buffer is released once less than
+	// this many bytes remain (default: the largest message).
+	MinMultiRecv int
+	// BusyPoll enables socket busy polling (see dataplane.SocketConfig).
+	BusyPoll time.Duration
+	// BindMode of the sockets (default: zero-copy where the driver has it).
+	BindMode dataplane.BindMode
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+const epCaps = fi.MSG | fi.TAGGED | fi.SOURCE | fi.SOURCE_ERR | fi.DIRECTED_RECV | fi.SEND | fi.RECV
+
+func (a *Attr) validate() error {
+	switch {
+	case a.AV == nil:
+		return fmt.Errorf("ep open: no address vector: %w", fi.ENOAV)
+	case a.TxCQ == nil || (a.RxCQ == nil && len(a.RxCQs) == 0):
+		return fmt.Errorf("ep open: transmit and receive completion queues are required: %w", fi.ENOCQ)
+	case a.Ifname == "":
+		return fmt.Errorf("ep open: no interface: %w", fi.EINVAL)
+	case !a.Local.IsValid() || a.Local.Port() == 0:
+		return fmt.Errorf("ep open: local address %v needs a port: %w", a.Local, fi.EINVAL)
+	case a.Caps&^epCaps != 0:
+		return fmt.Errorf("ep open: capabilities %v not supported: %w", a.Caps&^epCaps, fi.EINVAL)
+	case a.Caps&fi.SOURCE_ERR != 0 && a.Caps&fi.SOURCE == 0:
+		return fmt.Errorf("ep open: FI_SOURCE_ERR requires FI_SOURCE: %w", fi.EINVAL)
+	case a.Caps&fi.SOURCE_ERR != 0 && a.DropUnknown:
+		return fmt.Errorf("ep open: FI_SOURCE_ERR and DropUnknown conflict: %w", fi.EINVAL)
+	case a.RxContexts < 0 || a.RxContexts > 256:
+		return fmt.Errorf("ep open: %d receive contexts (1..256): %w", a.RxContexts, fi.EINVAL)
+	case a.Queues < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:
+		return fmt.Errorf("ep open: negative size: %w", fi.EINVAL)
+	case len(a.RxCQs) > 0 && len(a.RxCQs) != max(a.RxContexts, 1):
+		return fmt.Errorf("ep open: %d receive CQs for %d contexts: %w", len(a.RxCQs), max(a.RxContexts, 1), fi.EINVAL)
+	case a.OpFlags&^(fi.INJECT_COMPLETE|fi.TRANSMIT_COMPLETE) != 0:
+		return fmt.Errorf("ep open: op flags %v: %w", a.OpFlags, fi.EINVAL)
+	case a.Progress != ProgressManual && a.Progress != ProgressAuto:
+		return fmt.Errorf("ep open: progress mode %d: %w", a.Progress, fi.EINVAL)
+	}
+	if a.Local.Addr().Zone() != "" {
+		return fmt.Errorf("ep open: zoned local address %v: %w", a.Local, fi.EINVAL)
+	}
+	if bits := a.AV.Attr().RxCtxBits; a.RxContexts > 1 && 1<<bits < a.RxContexts {
+		return fmt.Errorf("ep open: %d receive contexts need rx_ctx_bits >= %d in the AV: %w", a.RxContexts, bitsFor(a.RxContexts), fi.EINVAL)
+	}
+	return nil
+}
+
+func (a *Attr) defaults() {
+	if a.Caps&(fi.MSG|fi.TAGGED) == 0 {
+		a.Caps |= fi.MSG | fi.TAGGED
+	}
+	if a.RxContexts == 0 {
+		a.RxContexts = 1
+	}
+	if a.Frames == 0 {
+		a.Frames = 4096
+	}
+	if a.RingSize == 0 {
+		a.RingSize = 1024
+	}
+	if a.MaxPosted == 0 {
+		a.MaxPosted = 1024
+	}
+	if a.OpFlags == 0 {
+		a.OpFlags = fi.TRANSMIT_COMPLETE
+	}
+	if a.Logger == nil {
+		a.Logger = slog.Default()
+	}
+	if len(a.RxCQs) == 0 {
+		a.RxCQs = make([]*cq.CQ, a.RxContexts)
+		for i := range a.RxCQs {
+			a.RxCQs[i] = a.RxCQ
+		}
+	}
+}
+
+func bitsFor(n int) int {
+	b := 0
+	for 1<<b < n {
+		b++
+	}
+	return b
+}

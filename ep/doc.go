@@ -1,0 +1,26 @@
+// Package ep implements xdpfab's datagram endpoints (FI_EP_DGRAM): they
+// send and receive xdpfab messages over AF_XDP sockets and report every
+// operation to completion queues, each receive naming its sender by the
+// fi_addr (or user ID) the XDP program computed in the kernel. No lookup of
+// the source happens in user space.
+//
+// An Endpoint binds a local address and UDP port on one interface to an
+// address vector and two completion queues. Opening it creates one AF_XDP
+// socket per (receive context, rx queue) over a shared UMEM, puts them in
+// the XDP program's XSKMAP and registers the endpoint in its endpoint table,
+// so datagrams to the address and port are redirected to it. The XDP
+// program must be attached to the interface (loader.Dataplane.Attach).
+//
+// Operations follow fi_msg(3) and fi_tagged(3): Send, SendData, Inject,
+// TSend, TSendData, TInject, Recv, RecvMsg (FI_MULTI_RECV), TRecv, Cancel.
+// Receive contexts (Attr.RxContexts, fi_rx_addr) steer messages in the
+// kernel; peer groups (fi_group_addr) are carried on the wire and matched
+// on receive.
+//
+// Progress is manual by default: the application's reads of the CQs poll
+// the sockets, the low-latency mode. Attr.Progress = ProgressAuto runs a
+// goroutine instead.
+//
+// Open an endpoint from a goroutine whose thread is in the interface's
+// network namespace; afterwards it may be used from anywhere.
+package ep

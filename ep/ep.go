@@ -1,0 +1,354 @@
+package ep
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// Endpoint is an open datagram endpoint. Its methods are safe for
+// concurrent use.
+type Endpoint struct {
+	dp      *loader.Dataplane
+	av      *av.AV
+	attr    Attr
+	id      uint32
+	key     bpf.EPKey
+	xskBase uint32
+	queues  int
+	authKey uint32 // wire value, 0 = none
+	maxMsg  int    // largest payload
+	userIDs bool   // the AV reports user IDs
+
+	umem   *dataplane.UMEM
+	rx     []*rxCtx
+	fillMu []sync.Mutex // per queue: the fill ring's single producer
+	tx     txState
+
+	closed  atomic.Bool
+	closeMu sync.Mutex
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// hopper finds the next hop for a destination (package neigh).
+type hopper interface {
+	Lookup(dst netip.Addr) (Hop, error)
+	Close() error
+}
+
+// Open opens an endpoint. Call it from a goroutine whose thread is in the
+// network namespace of attr.Ifname.
+func Open(dp *loader.Dataplane, attr Attr) (_ *Endpoint, err error) {
+	if dp == nil {
+		return nil, fmt.Errorf("ep open: nil dataplane: %w", fi.EINVAL)
+	}
+	if err := attr.validate(); err != nil {
+		return nil, err
+	}
+	attr.defaults()
+	iface, err := net.InterfaceByName(attr.Ifname)
+	if err != nil {
+		return nil, fmt.Errorf("ep open: interface %q: %w", attr.Ifname, fi.ENODEV)
+	}
+	e := &Endpoint{dp: dp, av: attr.AV, attr: attr, queues: attr.Queues}
+	if e.queues == 0 {
+		e.queues = 1
+		if l, err := netlink.LinkByIndex(iface.Index); err == nil && l.Attrs().NumRxQueues > 0 {
+			e.queues = l.Attrs().NumRxQueues
+		}
+	}
+	e.maxMsg = iface.MTU - ipHeaderLen(attr.Local.Addr()) - bpf.UDPHeaderLen - bpf.HdrLen
+	if limit := 4096 - dataplane.PacketHeadroom - 14 - ipHeaderLen(attr.Local.Addr()) - bpf.UDPHeaderLen - bpf.HdrLen; e.maxMsg > limit {
+		e.maxMsg = limit
+	}
+	if e.attr.MinMultiRecv == 0 {
+		e.attr.MinMultiRecv = e.maxMsg
+	}
+	e.userIDs = attr.AV.Attr().Flags&fi.AV_USER_ID != 0
+
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if err := e.av.BindEndpoint(); err != nil {
+		return nil, fmt.Errorf("ep open: %w", err)
+	}
+	undo = append(undo, e.av.UnbindEndpoint)
+	if attr.AuthKey != 0 {
+		if e.authKey, err = e.av.AcquireAuthKey(attr.AuthKey); err != nil {
+			return nil, fmt.Errorf("ep open: %w", err)
+		}
+		undo = append(undo, func() { e.av.ReleaseAuthKey(attr.AuthKey) })
+	}
+
+	if e.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: attr.Frames}); err != nil {
+		return nil, fmt.Errorf("ep open: %w", err)
+	}
+	undo = append(undo, func() { e.umem.Close() })
+	if err := e.openSockets(iface.Index); err != nil {
+		return nil, err
+	}
+	undo = append(undo, e.closeSockets)
+	if e.tx.hops, err = newHopper(iface.Index, attr.Local.Addr()); err != nil {
+		return nil, fmt.Errorf("ep open: %w", err)
+	}
+	undo = append(undo, func() { e.tx.hops.Close() })
+	e.tx.init(e)
+
+	if err := e.bindCQs(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, e.unbindCQs)
+	if err := e.register(); err != nil {
+		return nil, err
+	}
+	if attr.Progress == ProgressAuto {
+		e.stop, e.done = make(chan struct{}), make(chan struct{})
+		go e.autoProgress()
+	}
+	return e, nil
+}
+
+func ipHeaderLen(a netip.Addr) int {
+	if a.Unmap().Is4() {
+		return 20
+	}
+	return 40
+}
+
+// openSockets opens one socket per (receive context, queue) over the
+// endpoint's UMEM and fills each queue's fill ring.
+func (e *Endpoint) openSockets(ifindex int) error {
+	nrx := len(e.attr.RxCQs)
+	e.fillMu = make([]sync.Mutex, e.queues)
+	perQueue := (e.attr.Frames / 2) / (e.queues)
+	if perQueue < 16 {
+		return fmt.Errorf("ep open: %d frames too few for %d queues: %w", e.attr.Frames, e.queues, fi.EINVAL)
+	}
+	cfg := dataplane.SocketConfig{RxSize: e.attr.RingSize, Mode: e.attr.BindMode, BusyPoll: e.attr.BusyPoll, Logger: e.attr.Logger}
+	for c := range nrx {
+		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64)}
+		e.rx = append(e.rx, rc)
+		for q := range e.queues {
+			sc := cfg
+			sc.TxSize = -1
+			if c == 0 && q == 0 {
+				sc.TxSize = e.attr.RingSize // the transmitting socket
+			}
+			s, err := dataplane.Open(ifindex, q, e.umem, sc)
+			if err != nil {
+				return fmt.Errorf("ep open: socket for context %d queue %d: %w", c, q, err)
+			}
+			rc.socks[q] = s
+		}
+	}
+	// Fill rings belong to (device, queue): fill through context 0's sockets.
+	addrs := make([]uint64, perQueue)
+	for q := range e.queues {
+		n := e.umem.Alloc(addrs)
+		if got := e.rx[0].socks[q].Fill(addrs[:n]); got != n {
+			e.umem.Free(addrs[got:n]...)
+		}
+	}
+	return nil
+}
+
+func (e *Endpoint) closeSockets() {
+	for _, rc := range e.rx {
+		for _, s := range rc.socks {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}
+}
+
+func (e *Endpoint) bindCQs() error {
+	var progress func()
+	if e.attr.Progress == ProgressManual {
+		progress = e.Progress
+	}
+	p, err := e.attr.TxCQ.Bind(cq.BindAttr{Progress: progress})
+	if err != nil {
+		return fmt.Errorf("ep open: bind transmit CQ: %w", err)
+	}
+	e.tx.cq = p
+	caps := e.attr.Caps & (fi.SOURCE | fi.SOURCE_ERR)
+	for i, rc := range e.rx {
+		if rc.cq, err = e.attr.RxCQs[i].Bind(cq.BindAttr{Caps: caps, Progress: progress}); err != nil {
+			e.unbindCQs()
+			return fmt.Errorf("ep open: bind receive CQ of context %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (e *Endpoint) unbindCQs() {
+	if e.tx.cq != nil {
+		e.tx.cq.Unbind()
+		e.tx.cq = nil
+	}
+	for _, rc := range e.rx {
+		if rc.cq != nil {
+			rc.cq.Unbind()
+			rc.cq = nil
+		}
+	}
+}
+
+// register allocates the endpoint's id and XSKMAP slots, fills the slots,
+// and publishes the endpoint-table entry last, so the XDP program never
+// redirects to an empty slot.
+func (e *Endpoint) register() error {
+	unlock := e.dp.Lock()
+	defer unlock()
+	n := uint32(len(e.rx) * e.queues)
+	used := map[uint32]bool{}
+	type span struct{ lo, hi uint32 }
+	var spans []span
+	var k bpf.EPKey
+	var v bpf.EPVal
+	for it := e.dp.EP.Iterate(); it.Next(&k, &v); {
+		used[v.EpId] = true
+		spans = append(spans, span{v.XskBase, v.XskBase + uint32(v.RxCtxs)*uint32(v.Queues)})
+	}
+	id := uint32(1)
+	for used[id] {
+		id++
+	}
+	base, slots := uint32(0), e.dp.XSKs.MaxEntries()
+	for again := true; again; {
+		again = false
+		for _, s := range spans {
+			if base < s.hi && s.lo < base+n {
+				base, again = s.hi, true
+			}
+		}
+	}
+	if base+n > slots {
+		return fmt.Errorf("ep open: no %d free XSKMAP slots of %d: %w", n, slots, fi.ENOSPC)
+	}
+	for c, rc := range e.rx {
+		for q, s := range rc.socks {
+			slot := base + uint32(c*e.queues+q)
+			if err := e.dp.XSKs.Update(slot, uint32(s.FD()), ebpf.UpdateAny); err != nil {
+				e.clearSlots(base, n)
+				return fmt.Errorf("ep open: XSKMAP slot %d: %w", slot, err)
+			}
+		}
+	}
+	e.id, e.xskBase = id, base
+	e.key = bpf.EPKey{Local: bpf.MakeAddr(e.attr.Local)}
+	if e.attr.Local.Addr().IsUnspecified() {
+		e.key.Local.Addr = [16]byte{}
+	}
+	policy := bpf.PolicyNotAvail
+	switch {
+	case e.attr.Caps&fi.SOURCE_ERR != 0:
+		policy = bpf.PolicySourceErr
+	case e.attr.DropUnknown:
+		policy = bpf.PolicyDrop
+	}
+	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues),
+		Policy: uint8(policy), AuthKey: e.authKey}
+	if err := e.dp.EP.Update(e.key, val, ebpf.UpdateNoExist); err != nil {
+		e.clearSlots(base, n)
+		if errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("ep open: %v is bound by another endpoint: %w", e.attr.Local, fi.EADDRINUSE)
+		}
+		return fmt.Errorf("ep open: endpoint table: %w", err)
+	}
+	return nil
+}
+
+func (e *Endpoint) clearSlots(base, n uint32) {
+	for i := range n {
+		e.dp.XSKs.Delete(base + i)
+	}
+}
+
+// ID is the endpoint's id in the XDP program's endpoint table (the ep_id
+// of the metadata in front of its frames).
+func (e *Endpoint) ID() uint32 { return e.id }
+
+// MaxMsgSize is the largest message the endpoint sends or receives.
+func (e *Endpoint) MaxMsgSize() int { return e.maxMsg }
+
+// Stats returns the sockets' kernel statistics summed.
+func (e *Endpoint) Stats() (dataplane.Stats, error) {
+	var sum dataplane.Stats
+	for _, rc := range e.rx {
+		for _, s := range rc.socks {
+			st, err := s.Stats()
+			if err != nil {
+				return sum, err
+			}
+			sum.RxDropped += st.RxDropped
+			sum.RxInvalidDescs += st.RxInvalidDescs
+			sum.TxInvalidDescs += st.TxInvalidDescs
+			sum.RxRingFull += st.RxRingFull
+			sum.RxFillRingEmptyDescs += st.RxFillRingEmptyDescs
+			sum.TxRingEmptyDescs += st.TxRingEmptyDescs
+		}
+	}
+	return sum, nil
+}
+
+// Close closes the endpoint: the endpoint-table entry goes first (no more
+// redirects), then the XSKMAP slots, then the sockets, then the bindings.
+// Posted receives are dropped without completions, as fi_close(3) allows.
+func (e *Endpoint) Close() error {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.closed.Swap(true) {
+		return nil
+	}
+	if e.stop != nil {
+		close(e.stop)
+		<-e.done
+	}
+	var errs []error
+	unlock := e.dp.Lock()
+	if err := e.dp.EP.Delete(e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		errs = append(errs, fmt.Errorf("endpoint table: %w", err))
+	}
+	e.clearSlots(e.xskBase, uint32(len(e.rx)*e.queues))
+	unlock()
+	// Wait out concurrent progress before the rings go away.
+	e.tx.mu.Lock()
+	for _, rc := range e.rx {
+		rc.mu.Lock()
+	}
+	e.closeSockets()
+	for _, rc := range e.rx {
+		rc.mu.Unlock()
+	}
+	e.tx.mu.Unlock()
+	e.unbindCQs()
+	errs = append(errs, e.tx.hops.Close(), e.umem.Close())
+	if e.attr.AuthKey != 0 {
+		e.av.ReleaseAuthKey(e.attr.AuthKey)
+	}
+	e.av.UnbindEndpoint()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ep close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package ep_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+const port = 7000
+
+// side is one host of the rig: its AV, CQs and endpoint.
+type side struct {
+	h      *testbed.Host
+	av     *av.AV
+	tx, rx *cq.CQ
+	ep     *ep.Endpoint
+	local  netip.AddrPort
+}
+
+type rig struct {
+	dp   *loader.Dataplane
+	bed  *testbed.Bed
+	a, b *side
+	v6   bool
+}
+
+type rigOpts struct {
+	v6      bool
+	avAttr  av.Attr
+	epAttr  func(*ep.Attr) // adjusts both endpoints' attributes
+	bedOpts testbed.Options
+}
+
+// newRig builds two namespaces, attaches the XDP program on both, and opens
+// an AV, two CQs and an endpoint on each side. Nothing is inserted.
+func newRig(t *testing.T, o rigOpts) *rig {
+	t.Helper()
+	testutil.RequirePrivileged(t)
+	dp, err := loader.Load(loader.Config{AVEntries: 8192, MaxAVs: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	o.bedOpts.StaticNeighbors = true
+	r := &rig{dp: dp, bed: testbed.New(t, o.bedOpts), v6: o.v6}
+	r.a = r.side(t, r.bed.A, o)
+	r.b = r.side(t, r.bed.B, o)
+	return r
+}
+
+func (r *rig) side(t *testing.T, h *testbed.Host, o rigOpts) *side {
+	t.Helper()
+	s := &side{h: h, local: netip.AddrPortFrom(h.Addr(r.v6), port)}
+	err := h.Do(func() error {
+		att, err := r.dp.Attach(testbed.LinkName, loader.Native)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { att.Close() })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := o.avAttr
+	if s.av, err = av.Open(r.dp, &attr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.av.Close() })
+	for _, q := range []**cq.CQ{&s.tx, &s.rx} {
+		if *q, err = cq.Open(cq.Attr{Size: 4096, Format: cq.FORMAT_TAGGED}); err != nil {
+			t.Fatal(err)
+		}
+		c := *q
+		t.Cleanup(func() { c.Close() })
+	}
+	ea := ep.Attr{Ifname: testbed.LinkName, Local: s.local, AV: s.av, TxCQ: s.tx, RxCQ: s.rx, Caps: fi.MSG | fi.TAGGED | fi.SOURCE,
+		BindMode: dataplane.BindCopy} // veth has no zero-copy
+	if o.epAttr != nil {
+		o.epAttr(&ea)
+	}
+	s.ep = openEP(t, h, r.dp, ea)
+	return s
+}
+
+func openEP(t *testing.T, h *testbed.Host, dp *loader.Dataplane, attr ep.Attr) *ep.Endpoint {
+	t.Helper()
+	var e *ep.Endpoint
+	err := h.Do(func() (err error) {
+		e, err = ep.Open(dp, attr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("ep.Open on %s: %v", h.Name(), err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// insert puts peer's address into s's AV and returns its fi_addr.
+func (s *side) insert(t *testing.T, peer netip.AddrPort) fi.Addr {
+	t.Helper()
+	out := []fi.Addr{fi.AddrNotAvail}
+	if _, err := s.av.Insert([]netip.AddrPort{peer}, out, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
+// read returns the next completion of q (or its error entry), waiting up
+// to a generous deadline that only guards against hangs.
+func read(t *testing.T, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry) {
+	t.Helper()
+	var buf [1]cq.Entry
+	var src [1]fi.Addr
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := q.ReadFrom(buf[:], src[:])
+		if n == 1 {
+			return buf[0], src[0], nil
+		}
+		if errors.Is(err, fi.EAVAIL) {
+			var e cq.ErrEntry
+			if err := q.ReadErr(&e); err != nil {
+				t.Fatalf("readerr: %v", err)
+			}
+			return cq.Entry{}, e.SrcAddr, &e
+		}
+		if !errors.Is(err, fi.EAGAIN) {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	t.Fatalf("no completion within 10 s")
+	return cq.Entry{}, 0, nil
+}
+
+// empty checks q has nothing more after progressing.
+func empty(t *testing.T, q *cq.CQ) {
+	t.Helper()
+	var buf [1]cq.Entry
+	for range 50 {
+		if n, err := q.Read(buf[:]); n != 0 || !errors.Is(err, fi.EAGAIN) {
+			t.Fatalf("unexpected completion: %+v %v", buf[0], err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// send sends with retries on EAGAIN (transient: ring or CQ busy).
+func send(t *testing.T, s *side, f func() error) {
+	t.Helper()
+	for range 100000 {
+		err := f()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, fi.EAGAIN) {
+			t.Fatalf("send: %v", err)
+		}
+		s.ep.Progress()
+	}
+	t.Fatal("send: EAGAIN forever")
+}

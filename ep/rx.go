@@ -1,0 +1,350 @@
+package ep
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"sync"
+
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// anySource is the index part of a receive source that accepts any peer
+// (of the group in the high bits): fi.GroupAddr(AnySource, g).
+const AnySource fi.Addr = 0xffffffff
+
+// rxCtx is one receive context: its sockets (one per queue), its posted
+// receives and the frames that arrived before a matching receive.
+type rxCtx struct {
+	ep    *Endpoint
+	idx   int
+	socks []*dataplane.Socket
+	cq    *cq.Producer
+
+	mu     sync.Mutex
+	msgs   []recvOp // posted FI_MSG receives, in order
+	tagged []recvOp // posted FI_TAGGED receives, in order
+	parked []frameRef
+	descs  []dataplane.Desc
+	raw    [fi.SockaddrIn6Len]byte
+}
+
+type recvOp struct {
+	buf         []byte
+	off         int // multi-receive: bytes used
+	multi       bool
+	src         fi.Addr // fi.AddrUnspec: any
+	tag, ignore uint64
+	ctx         any
+}
+
+// frameRef is a received frame the endpoint still holds.
+type frameRef struct {
+	addr uint64 // descriptor address
+	len  uint32
+	q    int
+}
+
+// RxContext is one receive context of an endpoint (fi_rx_context): Recv,
+// TRecv and Cancel act on it. Endpoint's own methods act on context 0.
+type RxContext struct{ c *rxCtx }
+
+// Rx returns receive context i, or nil when there is none.
+func (e *Endpoint) Rx(i int) *RxContext {
+	if i < 0 || i >= len(e.rx) {
+		return nil
+	}
+	return &RxContext{e.rx[i]}
+}
+
+// Recv posts buf to receive one message from src (fi.AddrUnspec: any
+// source; a specific fi_addr needs fi.DIRECTED_RECV; fi.GroupAddr(AnySource,
+// g) any source of peer group g) with context ctx (fi_recv).
+func (e *Endpoint) Recv(buf []byte, src fi.Addr, ctx any) error {
+	return e.rx[0].post(recvOp{buf: buf, src: src, ctx: ctx}, false)
+}
+
+// RecvMsg posts buf with flags (fi_recvmsg): fi.MULTI_RECV makes it a
+// multi-receive buffer, filled by consecutive messages until less than
+// Attr.MinMultiRecv bytes remain; the completion that releases it has
+// fi.MULTI_RECV set.
+func (e *Endpoint) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
+	return e.Rx(0).RecvMsg(buf, src, ctx, flags)
+}
+
+// TRecv posts buf to receive a tagged message whose tag matches tag in
+// every bit not set in ignore (fi_trecv).
+func (e *Endpoint) TRecv(buf []byte, src fi.Addr, tag, ignore uint64, ctx any) error {
+	return e.rx[0].post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx}, true)
+}
+
+// Cancel cancels the posted receive with context ctx (fi_cancel): it
+// completes with fi.ECANCELED. Contexts are compared with ==; a context
+// whose type is not comparable never matches.
+func (e *Endpoint) Cancel(ctx any) error { return e.rx[0].cancel(ctx) }
+
+// Recv is Endpoint.Recv on this context.
+func (r *RxContext) Recv(buf []byte, src fi.Addr, ctx any) error {
+	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx}, false)
+}
+
+// RecvMsg is Endpoint.RecvMsg on this context.
+func (r *RxContext) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
+	if flags&^fi.MULTI_RECV != 0 {
+		return fmt.Errorf("ep recvmsg: flags %v: %w", flags&^fi.MULTI_RECV, fi.EBADFLAGS)
+	}
+	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx, multi: flags&fi.MULTI_RECV != 0}, false)
+}
+
+// TRecv is Endpoint.TRecv on this context.
+func (r *RxContext) TRecv(buf []byte, src fi.Addr, tag, ignore uint64, ctx any) error {
+	return r.c.post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx}, true)
+}
+
+// Cancel is Endpoint.Cancel on this context.
+func (r *RxContext) Cancel(ctx any) error { return r.c.cancel(ctx) }
+
+func (c *rxCtx) post(op recvOp, tagged bool) error {
+	e := c.ep
+	switch {
+	case e.closed.Load():
+		return fmt.Errorf("ep recv: endpoint closed: %w", fi.EOPBADSTATE)
+	case tagged && e.attr.Caps&fi.TAGGED == 0, !tagged && e.attr.Caps&fi.MSG == 0:
+		return fmt.Errorf("ep recv: endpoint lacks the capability: %w", fi.EOPNOTSUPP)
+	case op.src != fi.AddrUnspec && op.src&AnySource != AnySource && e.attr.Caps&fi.DIRECTED_RECV == 0:
+		return fmt.Errorf("ep recv: a source address needs FI_DIRECTED_RECV: %w", fi.EINVAL)
+	case op.multi && len(op.buf) < e.attr.MinMultiRecv:
+		return fmt.Errorf("ep recv: multi-receive buffer of %d bytes, below %d: %w", len(op.buf), e.attr.MinMultiRecv, fi.EINVAL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.msgs)+len(c.tagged) >= e.attr.MaxPosted {
+		return fmt.Errorf("ep recv: %d receives posted: %w", len(c.msgs)+len(c.tagged), fi.EAGAIN)
+	}
+	q := &c.msgs
+	if tagged {
+		q = &c.tagged
+	}
+	*q = append(*q, op)
+	// Frames that arrived before this receive are matched now.
+	if len(c.parked) > 0 {
+		if err := c.drainParked(); err != nil {
+			*q = (*q)[:len(*q)-1]
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *rxCtx) cancel(ctx any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range []*[]recvOp{&c.msgs, &c.tagged} {
+		for i := range *q {
+			if !sameContext((*q)[i].ctx, ctx) {
+				continue
+			}
+			flags := fi.RECV | fi.MSG
+			if q == &c.tagged {
+				flags = fi.RECV | fi.TAGGED
+			}
+			if n, err := c.cq.Reserve(1); err != nil || n == 0 {
+				return fmt.Errorf("ep cancel: receive CQ full: %w", fi.EAGAIN)
+			}
+			c.cq.Write(&cq.Completion{Entry: cq.Entry{OpContext: ctx, Flags: flags}, Src: fi.AddrNotAvail, Err: fi.ECANCELED})
+			c.cq.Commit()
+			*q = append((*q)[:i], (*q)[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("ep cancel: no posted receive with that context: %w", fi.ENOENT)
+}
+
+func sameContext(a, b any) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// progress takes frames off the context's RX rings and delivers them. It
+// dequeues no more frames than it has room for, both in the CQ and for
+// parking unmatched ones, so a slow reader leaves frames in the ring where
+// the kernel counts drops.
+func (c *rxCtx) progress() {
+	if !c.mu.TryLock() {
+		return // another goroutine is at it
+	}
+	defer c.mu.Unlock()
+	if c.ep.closed.Load() {
+		return
+	}
+	if len(c.parked) > 0 {
+		c.drainParked()
+	}
+	parkRoom := c.ep.attr.Frames/4 - len(c.parked)
+	for q, s := range c.socks {
+		room := min(parkRoom, len(c.descs))
+		if room <= 0 {
+			return
+		}
+		n, err := c.cq.Reserve(room)
+		if err != nil || n == 0 {
+			return
+		}
+		got := s.Receive(c.descs[:n])
+		for _, d := range c.descs[:got] {
+			f := frameRef{addr: d.Addr, len: d.Len, q: q}
+			if !c.deliver(f) {
+				c.parked = append(c.parked, f)
+				parkRoom--
+			}
+		}
+		c.cq.Commit()
+	}
+}
+
+// drainParked delivers parked frames that now match a posted receive, in
+// arrival order.
+func (c *rxCtx) drainParked() error {
+	n, err := c.cq.Reserve(len(c.parked))
+	if err != nil {
+		return fmt.Errorf("ep recv: %w", err)
+	}
+	kept := c.parked[:0]
+	for i, f := range c.parked {
+		if n == 0 {
+			kept = append(kept, c.parked[i:]...)
+			break
+		}
+		if c.deliver(f) {
+			n--
+		} else {
+			kept = append(kept, f)
+		}
+	}
+	clear(c.parked[len(kept):])
+	c.parked = kept
+	c.cq.Commit()
+	return nil
+}
+
+// deliver matches one frame to a posted receive, copies it and writes its
+// completion into the open reservation. It returns false, keeping the
+// frame, when no receive matches.
+func (c *rxCtx) deliver(f frameRef) bool {
+	u := c.ep.umem
+	pkt := u.Packet(dataplane.Desc{Addr: f.addr, Len: f.len})
+	m, ok := bpf.ParseMeta(u.Meta(f.addr, bpf.MetaLen))
+	var h bpf.WireHdr
+	if ok && m.EpId == c.ep.id && int(m.HdrOff)+bpf.HdrLen+int(m.PayloadLen) <= len(pkt) {
+		h, ok = bpf.ParseHdr(pkt[m.HdrOff:])
+	} else {
+		ok = false
+	}
+	if !ok {
+		c.release(f) // cannot happen with our program; never hold it
+		return true
+	}
+	payload := pkt[int(m.HdrOff)+bpf.HdrLen:][:m.PayloadLen]
+	known := m.Flags&bpf.MetaKnown != 0
+	tagged := h.Op == bpf.OpTagged
+	q := &c.msgs
+	if tagged {
+		q = &c.tagged
+	}
+	i := c.match(*q, tagged, h, fi.Addr(m.FiAddr), known)
+	if i < 0 {
+		return false
+	}
+	op := &(*q)[i]
+	comp := cq.Completion{Src: fi.Addr(m.FiAddr)}
+	if m.Flags&bpf.MetaUserID != 0 {
+		comp.Src = fi.Addr(m.UserId)
+	}
+	if !known {
+		comp.Src, comp.SrcUnknown = fi.AddrNotAvail, true
+		comp.SrcRaw = c.rawSource(pkt, m)
+	}
+	comp.Flags = fi.RECV | fi.MSG
+	if tagged {
+		comp.Flags = fi.RECV | fi.TAGGED
+		comp.Tag = h.Tag
+	}
+	if h.Flags&bpf.HdrFlagData != 0 {
+		comp.Flags |= fi.REMOTE_CQ_DATA
+		comp.Data = h.CQData
+	}
+	n := copy(op.buf[op.off:], payload)
+	comp.OpContext, comp.Len = op.ctx, n
+	if n < len(payload) {
+		comp.Err, comp.OLen = fi.ETRUNC, len(payload)-n
+	}
+	done := true
+	if op.multi {
+		comp.Buf = op.buf[op.off : op.off+n]
+		op.off += n
+		if done = len(op.buf)-op.off < c.ep.attr.MinMultiRecv; done {
+			comp.Flags |= fi.MULTI_RECV
+		}
+	}
+	c.cq.Write(&comp)
+	if done {
+		*q = append((*q)[:i], (*q)[i+1:]...)
+	}
+	c.release(f)
+	return true
+}
+
+// match returns the first posted receive the message matches.
+func (c *rxCtx) match(ops []recvOp, tagged bool, h bpf.WireHdr, src fi.Addr, known bool) int {
+	for i := range ops {
+		op := &ops[i]
+		if tagged && (op.tag|op.ignore) != (h.Tag|op.ignore) {
+			continue
+		}
+		group, idx := uint32(0), AnySource
+		if op.src != fi.AddrUnspec {
+			group, idx = uint32(op.src>>32), op.src&AnySource
+		}
+		if h.Group != group {
+			continue
+		}
+		if idx != AnySource && (!known || src != idx) {
+			continue
+		}
+		return i
+	}
+	return -1
+}
+
+// rawSource is the sender's address as a sockaddr, for FI_SOURCE_ERR.
+func (c *rxCtx) rawSource(pkt []byte, m bpf.Meta) []byte {
+	l3, l4 := int(m.L3Off), int(m.HdrOff)-bpf.UDPHeaderLen
+	port := uint16(pkt[l4])<<8 | uint16(pkt[l4+1])
+	var ip netip.Addr
+	if m.Family == bpf.AFInet {
+		ip = netip.AddrFrom4([4]byte(pkt[l3+12 : l3+16]))
+	} else {
+		ip = netip.AddrFrom16([16]byte(pkt[l3+8 : l3+24]))
+	}
+	ap := netip.AddrPortFrom(ip, port)
+	return fi.EncodeSockaddr(c.raw[:0], ap)
+}
+
+// release returns a frame to its queue's fill ring. Fill rings belong to
+// (device, queue) and have one producer: contexts share it under fillMu.
+func (c *rxCtx) release(f frameRef) {
+	e := c.ep
+	addr := [1]uint64{e.umem.FrameAddr(f.addr)}
+	e.fillMu[f.q].Lock()
+	n := e.rx[0].socks[f.q].Fill(addr[:])
+	e.fillMu[f.q].Unlock()
+	if n != 1 {
+		e.umem.Free(addr[0])
+	}
+}
