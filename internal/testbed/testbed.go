@@ -366,3 +366,21 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 	}
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
 }
+
+// Up builds a bed outside a test (the demo, benchmarks). down removes
+// everything it made; call it also when Up fails half way (Up does).
+func Up(opts Options) (bed *Bed, down func(), err error) {
+	var undo []func()
+	down = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		undo = nil
+	}
+	bed, err = build(opts, func(f func()) { undo = append(undo, f) })
+	if err != nil {
+		down()
+		return nil, func() {}, err
+	}
+	return bed, down, nil
+}
