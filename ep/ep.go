@@ -32,10 +32,14 @@ type Endpoint struct {
 	maxMsg  int    // largest payload
 	userIDs bool   // the AV reports user IDs
 
-	umem   *dataplane.UMEM
-	rx     []*rxCtx
-	fillMu []sync.Mutex // per queue: the fill ring's single producer
-	tx     txState
+	dev  *device
+	umem *dataplane.UMEM
+	rx   []*rxCtx
+	hops hopper
+
+	// Guarded by dev.tx.mu.
+	txcq    *cq.Producer
+	waiting []txOp // send completions the TX CQ had no room for yet
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
@@ -98,24 +102,26 @@ func Open(dp *loader.Dataplane, attr Attr) (_ *Endpoint, err error) {
 		undo = append(undo, func() { e.av.ReleaseAuthKey(attr.AuthKey) })
 	}
 
-	if e.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: attr.Frames}); err != nil {
-		return nil, fmt.Errorf("ep open: %w", err)
+	if e.dev, err = acquireDevice(iface.Index, e.queues, &e.attr); err != nil {
+		return nil, fmt.Errorf("ep open: interface %s: %w", attr.Ifname, err)
 	}
-	undo = append(undo, func() { e.umem.Close() })
+	e.umem = e.dev.umem
+	undo = append(undo, func() { releaseDevice(e.dev) })
 	if err := e.openSockets(iface.Index); err != nil {
 		return nil, err
 	}
 	undo = append(undo, e.closeSockets)
-	if e.tx.hops, err = newHopper(iface.Index, attr.Local.Addr()); err != nil {
+	if e.hops, err = newHopper(iface.Index, attr.Local.Addr()); err != nil {
 		return nil, fmt.Errorf("ep open: %w", err)
 	}
-	undo = append(undo, func() { e.tx.hops.Close() })
-	e.tx.init(e)
+	undo = append(undo, func() { e.hops.Close() })
 
 	if err := e.bindCQs(); err != nil {
 		return nil, err
 	}
 	undo = append(undo, e.unbindCQs)
+	e.dev.tx.add(e)
+	undo = append(undo, func() { e.dev.tx.remove(e) })
 	if err := e.register(); err != nil {
 		return nil, err
 	}
@@ -133,38 +139,19 @@ func ipHeaderLen(a netip.Addr) int {
 	return 40
 }
 
-// openSockets opens one socket per (receive context, queue) over the
-// endpoint's UMEM and fills each queue's fill ring.
+// openSockets opens one receive socket per (receive context, queue) on
+// the device's UMEM.
 func (e *Endpoint) openSockets(ifindex int) error {
-	nrx := len(e.attr.RxCQs)
-	e.fillMu = make([]sync.Mutex, e.queues)
-	perQueue := (e.attr.Frames / 2) / (e.queues)
-	if perQueue < 16 {
-		return fmt.Errorf("ep open: %d frames too few for %d queues: %w", e.attr.Frames, e.queues, fi.EINVAL)
-	}
-	cfg := dataplane.SocketConfig{RxSize: e.attr.RingSize, Mode: e.attr.BindMode, BusyPoll: e.attr.BusyPoll, Logger: e.attr.Logger}
-	for c := range nrx {
+	cfg := e.dev.sockConfig(&e.attr, e.attr.Logger)
+	for c := range len(e.attr.RxCQs) {
 		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64)}
 		e.rx = append(e.rx, rc)
 		for q := range e.queues {
-			sc := cfg
-			sc.TxSize = -1
-			if c == 0 && q == 0 {
-				sc.TxSize = e.attr.RingSize // the transmitting socket
-			}
-			s, err := dataplane.Open(ifindex, q, e.umem, sc)
+			s, err := dataplane.Open(ifindex, q, e.umem, cfg)
 			if err != nil {
 				return fmt.Errorf("ep open: socket for context %d queue %d: %w", c, q, err)
 			}
 			rc.socks[q] = s
-		}
-	}
-	// Fill rings belong to (device, queue): fill through context 0's sockets.
-	addrs := make([]uint64, perQueue)
-	for q := range e.queues {
-		n := e.umem.Alloc(addrs)
-		if got := e.rx[0].socks[q].Fill(addrs[:n]); got != n {
-			e.umem.Free(addrs[got:n]...)
 		}
 	}
 	return nil
@@ -189,7 +176,7 @@ func (e *Endpoint) bindCQs() error {
 	if err != nil {
 		return fmt.Errorf("ep open: bind transmit CQ: %w", err)
 	}
-	e.tx.cq = p
+	e.txcq = p
 	caps := e.attr.Caps & (fi.SOURCE | fi.SOURCE_ERR)
 	for i, rc := range e.rx {
 		if rc.cq, err = e.attr.RxCQs[i].Bind(cq.BindAttr{Caps: caps, Progress: progress}); err != nil {
@@ -201,9 +188,9 @@ func (e *Endpoint) bindCQs() error {
 }
 
 func (e *Endpoint) unbindCQs() {
-	if e.tx.cq != nil {
-		e.tx.cq.Unbind()
-		e.tx.cq = nil
+	if e.txcq != nil {
+		e.txcq.Unbind()
+		e.txcq = nil
 	}
 	for _, rc := range e.rx {
 		if rc.cq != nil {
@@ -324,25 +311,29 @@ func (e *Endpoint) Close() error {
 		close(e.stop)
 		<-e.done
 	}
-	var errs []error
+	errs := []error{}
 	unlock := e.dp.Lock()
 	if err := e.dp.EP.Delete(e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		errs = append(errs, fmt.Errorf("endpoint table: %w", err))
 	}
 	e.clearSlots(e.xskBase, uint32(len(e.rx)*e.queues))
 	unlock()
-	// Wait out concurrent progress before the rings go away.
-	e.tx.mu.Lock()
+	e.dev.tx.remove(e)
+	// Wait out concurrent progress before the rings go away; frames the
+	// endpoint still holds go back to their queues.
 	for _, rc := range e.rx {
 		rc.mu.Lock()
+		for _, f := range rc.parked {
+			rc.release(f)
+		}
+		rc.parked = nil
 	}
 	e.closeSockets()
 	for _, rc := range e.rx {
 		rc.mu.Unlock()
 	}
-	e.tx.mu.Unlock()
 	e.unbindCQs()
-	errs = append(errs, e.tx.hops.Close(), e.umem.Close())
+	errs = append(errs, e.hops.Close(), releaseDevice(e.dev))
 	if e.attr.AuthKey != 0 {
 		e.av.ReleaseAuthKey(e.attr.AuthKey)
 	}

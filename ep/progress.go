@@ -13,7 +13,7 @@ func (e *Endpoint) Progress() {
 	if e.closed.Load() {
 		return
 	}
-	e.tx.progress()
+	e.dev.tx.progress()
 	for _, c := range e.rx {
 		c.progress()
 	}
@@ -37,11 +37,12 @@ func (e *Endpoint) autoProgress() {
 		default:
 		}
 		timeout := 50
-		e.tx.mu.Lock()
-		if e.tx.outstanding > 0 || len(e.tx.waiting) > 0 {
+		t := &e.dev.tx
+		t.mu.Lock()
+		if t.outstanding > 0 || len(e.waiting) > 0 {
 			timeout = 1
 		}
-		e.tx.mu.Unlock()
+		t.mu.Unlock()
 		unix.Poll(fds, timeout)
 		e.Progress()
 		if timeout == 1 {

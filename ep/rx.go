@@ -336,15 +336,8 @@ func (c *rxCtx) rawSource(pkt []byte, m bpf.Meta) []byte {
 	return fi.EncodeSockaddr(c.raw[:0], ap)
 }
 
-// release returns a frame to its queue's fill ring. Fill rings belong to
-// (device, queue) and have one producer: contexts share it under fillMu.
+// release returns a frame to its queue's fill ring.
 func (c *rxCtx) release(f frameRef) {
-	e := c.ep
-	addr := [1]uint64{e.umem.FrameAddr(f.addr)}
-	e.fillMu[f.q].Lock()
-	n := e.rx[0].socks[f.q].Fill(addr[:])
-	e.fillMu[f.q].Unlock()
-	if n != 1 {
-		e.umem.Free(addr[0])
-	}
+	addr := [1]uint64{c.ep.umem.FrameAddr(f.addr)}
+	c.ep.dev.refill(f.q, addr[:])
 }

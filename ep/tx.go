@@ -3,6 +3,7 @@ package ep
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/xdpfab/xdpfab/bpf"
@@ -12,38 +13,56 @@ import (
 	"github.com/xdpfab/xdpfab/internal/frame"
 )
 
-// txState is the transmit side: one socket, its frames in flight, and
-// completions the TX CQ had no room for yet.
+// txState is a device's transmit side: the socket of queue 0, the frames
+// in flight and whose they are. Guarded by mu, with each endpoint's
+// transmit CQ producer and completion backlog.
 type txState struct {
-	mu             sync.Mutex
-	s              *dataplane.Socket
-	cq             *cq.Producer
-	hops           hopper
-	inflight       []txOp // by frame number: what to complete when the kernel is done
-	waiting        []txOp // finished, not yet in the CQ (it was full)
-	pending        int    // frames on the TX ring not yet kicked (FI_MORE)
-	outstanding    int    // frames given to the kernel, not yet completed
-	addrs          []uint64
-	descs          []dataplane.Desc
-	shift          uint
-	injectComplete bool
+	mu          sync.Mutex
+	s           *dataplane.Socket
+	umem        *dataplane.UMEM
+	inflight    []txOp // by frame number: what to complete when the kernel is done
+	eps         []*Endpoint
+	pending     int // frames on the TX ring not yet kicked (FI_MORE)
+	outstanding int // frames given to the kernel, not yet completed
+	addrs       []uint64
+	descs       []dataplane.Desc
+	shift       uint
 }
 
 type txOp struct {
-	ctx    any
-	flags  fi.Flags
-	report bool
+	e     *Endpoint // nil: nothing to report
+	ctx   any
+	flags fi.Flags
 }
 
-func (t *txState) init(e *Endpoint) {
-	t.s = e.rx[0].socks[0]
-	t.inflight = make([]txOp, e.attr.Frames)
+func (t *txState) init(d *device, frames int) {
+	t.s, t.umem = d.anchors[0], d.umem
+	t.inflight = make([]txOp, frames)
 	t.addrs = make([]uint64, 64)
 	t.descs = make([]dataplane.Desc, 1)
-	for fs := e.umem.FrameSize(); fs > 1; fs >>= 1 {
+	for fs := d.umem.FrameSize(); fs > 1; fs >>= 1 {
 		t.shift++
 	}
-	t.injectComplete = e.attr.OpFlags&fi.INJECT_COMPLETE != 0
+}
+
+func (t *txState) add(e *Endpoint) {
+	t.mu.Lock()
+	t.eps = append(t.eps, e)
+	t.mu.Unlock()
+}
+
+// remove forgets e: its sends still in flight complete silently, as
+// fi_close(3) allows for an endpoint's outstanding operations.
+func (t *txState) remove(e *Endpoint) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.eps = slices.DeleteFunc(t.eps, func(x *Endpoint) bool { return x == e })
+	for i := range t.inflight {
+		if t.inflight[i].e == e {
+			t.inflight[i] = txOp{}
+		}
+	}
+	e.waiting = nil
 }
 
 // Send sends buf to dest with context ctx (fi_send). dest may carry a
@@ -109,7 +128,7 @@ func (e *Endpoint) decode(dest fi.Addr) (idx fi.Addr, rxCtx uint8, group uint32,
 	return fi.Addr(v & 0xffffffff), rxCtx, uint32(v >> 32), nil
 }
 
-func (e *Endpoint) send(op uint8, buf []byte, dest fi.Addr, tag, data uint64, flags fi.Flags, ctx any) error {
+func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64, flags fi.Flags, ctx any) error {
 	switch {
 	case e.closed.Load():
 		return fmt.Errorf("ep send: endpoint closed: %w", fi.EOPBADSTATE)
@@ -117,7 +136,7 @@ func (e *Endpoint) send(op uint8, buf []byte, dest fi.Addr, tag, data uint64, fl
 		return fmt.Errorf("ep send: flags %v: %w", flags&^sendFlags, fi.EBADFLAGS)
 	case len(buf) > e.maxMsg:
 		return fmt.Errorf("ep send: %d bytes, at most %d: %w", len(buf), e.maxMsg, fi.EMSGSIZE)
-	case op == bpf.OpTagged && e.attr.Caps&fi.TAGGED == 0, op == bpf.OpMsg && e.attr.Caps&fi.MSG == 0:
+	case opcode == bpf.OpTagged && e.attr.Caps&fi.TAGGED == 0, opcode == bpf.OpMsg && e.attr.Caps&fi.MSG == 0:
 		return fmt.Errorf("ep send: endpoint lacks the capability: %w", fi.EOPNOTSUPP)
 	}
 	idx, rxCtx, group, err := e.decode(dest)
@@ -131,11 +150,11 @@ func (e *Endpoint) send(op uint8, buf []byte, dest fi.Addr, tag, data uint64, fl
 	if peer.Addr().Unmap().Is4() != e.attr.Local.Addr().Unmap().Is4() {
 		return fmt.Errorf("ep send: %v is not of the endpoint's address family: %w", peer, fi.EADDRNOTAVAIL)
 	}
-	hop, err := e.tx.hops.Lookup(peer.Addr())
+	hop, err := e.hops.Lookup(peer.Addr())
 	if err != nil {
 		return fmt.Errorf("ep send to %v: %w", peer, err)
 	}
-	hdr := bpf.WireHdr{Op: op, RxCtx: rxCtx, Group: group, AuthKey: e.authKey, Tag: tag, CQData: data}
+	hdr := bpf.WireHdr{Op: opcode, RxCtx: rxCtx, Group: group, AuthKey: e.authKey, Tag: tag, CQData: data}
 	if flags&fi.REMOTE_CQ_DATA != 0 {
 		hdr.Flags |= bpf.HdrFlagData
 	}
@@ -144,57 +163,59 @@ func (e *Endpoint) send(op uint8, buf []byte, dest fi.Addr, tag, data uint64, fl
 		src = netip.AddrPortFrom(hop.SrcIP, src.Port())
 	}
 	report := flags&fi.INJECT == 0
-	injectComplete := e.tx.injectComplete
+	injectComplete := e.attr.OpFlags&fi.INJECT_COMPLETE != 0
 	if flags&fi.TRANSMIT_COMPLETE != 0 {
 		injectComplete = false
 	} else if flags&fi.INJECT_COMPLETE != 0 {
 		injectComplete = true
 	}
 
-	t := &e.tx
+	t := &e.dev.tx
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.reclaim()
-	if report && len(t.waiting) > 0 {
+	if report && len(e.waiting) > 0 {
 		return fmt.Errorf("ep send: transmit CQ full, read it: %w", fi.EAGAIN)
 	}
-	if t.umemAlloc(e) == 0 {
+	if t.alloc() == 0 {
 		t.kick()
 		return fmt.Errorf("ep send: no free transmit frame: %w", fi.EAGAIN)
 	}
 	addr := t.addrs[0]
-	fr := e.umem.Frame(addr)
 	spec := frame.Spec{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf}
-	n := spec.Put(fr)
+	n := spec.Put(t.umem.Frame(addr))
 	t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
 	if t.s.Transmit(t.descs) != 1 {
-		e.umem.Free(addr)
+		t.umem.Free(addr)
 		t.kick()
 		return fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
 	}
 	t.pending++
 	t.outstanding++
-	comp := txOp{ctx: ctx, flags: fi.SEND | fi.MSG, report: report}
-	if op == bpf.OpTagged {
-		comp.flags = fi.SEND | fi.TAGGED
+	op := txOp{e: e, ctx: ctx, flags: fi.SEND | fi.MSG}
+	if opcode == bpf.OpTagged {
+		op.flags = fi.SEND | fi.TAGGED
 	}
-	if report && injectComplete {
-		t.complete(comp) // the data is in the UMEM: buf is the caller's again
-		comp.report = false
+	switch {
+	case !report:
+		op.e = nil
+	case injectComplete:
+		e.complete(op) // the data is in the UMEM: buf is the caller's again
+		op.e = nil
 	}
-	t.inflight[addr>>t.shift] = comp
+	t.inflight[addr>>t.shift] = op
 	if flags&fi.MORE == 0 {
 		t.kick()
 	}
 	return nil
 }
 
-func (t *txState) umemAlloc(e *Endpoint) int {
-	if n := e.umem.Alloc(t.addrs[:1]); n == 1 {
+func (t *txState) alloc() int {
+	if n := t.umem.Alloc(t.addrs[:1]); n == 1 {
 		return 1
 	}
 	t.reclaim()
-	return e.umem.Alloc(t.addrs[:1])
+	return t.umem.Alloc(t.addrs[:1])
 }
 
 // kick wakes the kernel for the frames on the TX ring.
@@ -205,67 +226,65 @@ func (t *txState) kick() {
 	}
 }
 
-// reclaim takes finished frames off the completion ring, writes their
-// completions and frees them. The caller holds t.mu.
+// reclaim takes finished frames off the completion ring, reports them to
+// the endpoints that sent them and frees them. The caller holds t.mu.
 func (t *txState) reclaim() {
-	if len(t.waiting) > 0 {
-		t.flushWaiting()
+	for _, e := range t.eps {
+		if len(e.waiting) > 0 {
+			e.flushWaiting()
+		}
 	}
 	for t.outstanding > 0 {
 		n := t.s.Complete(t.addrs)
+		if n == 0 && t.pending == 0 {
+			// Copy mode transmits inside sendto, a batch per call: keep
+			// kicking until the ring drains.
+			t.s.Kick()
+			n = t.s.Complete(t.addrs)
+		}
 		if n == 0 {
-			if t.pending == 0 && t.outstanding > 0 {
-				// Copy mode transmits inside sendto, a batch per call:
-				// keep kicking until the ring drains.
-				t.s.Kick()
-				if n = t.s.Complete(t.addrs); n == 0 {
-					return
-				}
-			} else {
-				return
-			}
+			return
 		}
 		t.outstanding -= n
-		umem := t.s.UMEM()
 		for _, a := range t.addrs[:n] {
 			i := a >> t.shift
 			op := t.inflight[i]
 			t.inflight[i] = txOp{}
-			if op.report {
-				t.complete(op)
+			if op.e != nil {
+				op.e.complete(op)
 			}
-			umem.Free(a)
 		}
+		t.umem.Free(t.addrs[:n]...)
 	}
 }
 
 // complete writes a send completion, or queues it while the CQ is full: a
-// sent message is never reported lost.
-func (t *txState) complete(op txOp) {
-	if len(t.waiting) == 0 {
-		if n, err := t.cq.Reserve(1); err == nil && n == 1 {
-			t.cq.Write(&cq.Completion{Entry: cq.Entry{OpContext: op.ctx, Flags: op.flags}, Src: fi.AddrNotAvail})
-			t.cq.Commit()
+// sent message is never reported lost. The caller holds the device's tx.mu.
+func (e *Endpoint) complete(op txOp) {
+	if len(e.waiting) == 0 {
+		if n, err := e.txcq.Reserve(1); err == nil && n == 1 {
+			e.txcq.Write(&cq.Completion{Entry: cq.Entry{OpContext: op.ctx, Flags: op.flags}, Src: fi.AddrNotAvail})
+			e.txcq.Commit()
 			return
 		}
 	}
-	t.waiting = append(t.waiting, op)
+	e.waiting = append(e.waiting, op)
 }
 
-func (t *txState) flushWaiting() {
-	n, err := t.cq.Reserve(len(t.waiting))
+func (e *Endpoint) flushWaiting() {
+	n, err := e.txcq.Reserve(len(e.waiting))
 	if err != nil || n == 0 {
 		return
 	}
-	for _, op := range t.waiting[:n] {
-		t.cq.Write(&cq.Completion{Entry: cq.Entry{OpContext: op.ctx, Flags: op.flags}, Src: fi.AddrNotAvail})
+	for _, op := range e.waiting[:n] {
+		e.txcq.Write(&cq.Completion{Entry: cq.Entry{OpContext: op.ctx, Flags: op.flags}, Src: fi.AddrNotAvail})
 	}
-	t.cq.Commit()
-	clear(t.waiting[:n])
-	t.waiting = t.waiting[n:]
+	e.txcq.Commit()
+	clear(e.waiting[:n])
+	e.waiting = e.waiting[n:]
 }
 
-// progress reclaims finished sends.
+// progress reclaims finished sends, unless another goroutine is at it.
 func (t *txState) progress() {
 	if !t.mu.TryLock() {
 		return

@@ -1,0 +1,140 @@
+package ep
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// A device queue belongs to one UMEM at a time, so every endpoint of the
+// process on one interface shares a device: its UMEM, one anchor socket per
+// rx queue that keeps the queue's fill and completion rings alive for as
+// long as any endpoint uses the interface (the kernel frees a queue's rings
+// with its last socket, and with them every frame they hold), and the
+// transmit path. Endpoints add their own receive sockets with
+// XDP_SHARED_UMEM.
+type device struct {
+	key     devKey
+	umem    *dataplane.UMEM
+	refs    int // endpoints, guarded by devices.mu
+	queues  int
+	anchors []*dataplane.Socket // per queue; anchors[0] transmits
+	fillMu  []sync.Mutex        // per queue: the fill ring has one producer
+	tx      txState
+	mode    dataplane.BindMode
+}
+
+type devKey struct {
+	netns   uint64
+	ifindex int
+}
+
+var devices = struct {
+	sync.Mutex
+	m map[devKey]*device
+}{m: map[devKey]*device{}}
+
+// acquireDevice returns the calling thread's namespace's device for
+// ifindex, creating it with the endpoint's sizes if it is the first.
+func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return nil, fmt.Errorf("network namespace of this thread: %w", err)
+	}
+	key := devKey{st.Ino, ifindex}
+	devices.Lock()
+	defer devices.Unlock()
+	if d := devices.m[key]; d != nil {
+		if queues > d.queues {
+			return nil, fmt.Errorf("interface has %d queues open, endpoint wants %d: %w", d.queues, queues, fi.EINVAL)
+		}
+		d.refs++
+		return d, nil
+	}
+	d, err := newDevice(key, queues, a)
+	if err != nil {
+		return nil, err
+	}
+	d.refs = 1
+	devices.m[key] = d
+	return d, nil
+}
+
+func newDevice(key devKey, queues int, a *Attr) (_ *device, err error) {
+	d := &device{key: key, queues: queues, fillMu: make([]sync.Mutex, queues), mode: a.BindMode}
+	perQueue := a.Frames / 2 / queues
+	if perQueue < 16 {
+		return nil, fmt.Errorf("%d frames too few for %d queues: %w", a.Frames, queues, fi.EINVAL)
+	}
+	if d.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: a.Frames}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	for q := range queues {
+		cfg := dataplane.SocketConfig{RxSize: -1, TxSize: 64, Mode: a.BindMode, BusyPoll: a.BusyPoll, Logger: a.Logger}
+		if q == 0 {
+			cfg.TxSize = a.RingSize
+		}
+		s, err := dataplane.Open(key.ifindex, q, d.umem, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("socket for queue %d: %w", q, err)
+		}
+		d.anchors = append(d.anchors, s)
+	}
+	addrs := make([]uint64, perQueue)
+	for _, s := range d.anchors {
+		n := d.umem.Alloc(addrs)
+		if got := s.Fill(addrs[:n]); got != n {
+			d.umem.Free(addrs[got:n]...)
+		}
+	}
+	d.tx.init(d, a.Frames)
+	return d, nil
+}
+
+// releaseDevice drops an endpoint's reference; the last one closes it.
+func releaseDevice(d *device) error {
+	devices.Lock()
+	defer devices.Unlock()
+	if d.refs--; d.refs > 0 {
+		return nil
+	}
+	delete(devices.m, d.key)
+	return d.close()
+}
+
+func (d *device) close() error {
+	var first error
+	for _, s := range d.anchors {
+		if err := s.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := d.umem.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// refill returns received frames to queue q's fill ring.
+func (d *device) refill(q int, addrs []uint64) {
+	d.fillMu[q].Lock()
+	n := d.anchors[q].Fill(addrs)
+	d.fillMu[q].Unlock()
+	if n < len(addrs) {
+		d.umem.Free(addrs[n:]...) // the ring holds every frame it can: keep the rest
+	}
+}
+
+// sockConfig is the configuration of an endpoint's receive sockets.
+func (d *device) sockConfig(a *Attr, log *slog.Logger) dataplane.SocketConfig {
+	return dataplane.SocketConfig{RxSize: a.RingSize, TxSize: -1, Mode: d.mode, BusyPoll: a.BusyPoll, Logger: log}
+}
