@@ -10,3 +10,5 @@ func peersN(n int) []netip.AddrPort {
 	}
 	return out
 }
+
+func netipAddrPort(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }

@@ -109,6 +109,12 @@ func (e *Endpoint) TSendMsg(buf []byte, dest fi.Addr, tag, data uint64, ctx any,
 	return e.send(bpf.OpTagged, buf, dest, tag, data, flags, ctx)
 }
 
+// TxCompletion is the completion level the endpoint's sends report by
+// default: fi.INJECT_COMPLETE (the data is in the socket's memory) or
+// fi.TRANSMIT_COMPLETE (the kernel sent the frame). An unreliable endpoint
+// offers nothing stronger; fi.DELIVERY_COMPLETE is not available.
+func (e *Endpoint) TxCompletion() fi.Flags { return e.attr.OpFlags }
+
 const sendFlags = fi.REMOTE_CQ_DATA | fi.INJECT | fi.MORE | fi.INJECT_COMPLETE | fi.TRANSMIT_COMPLETE
 
 // decode splits dest into AV index, receive context and peer group:
