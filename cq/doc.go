@@ -53,9 +53,11 @@
 // with a lock held per read call. Attr.SingleProducer and
 // Attr.SingleConsumer remove those locks, leaving a lock-free
 // single-producer, single-consumer ring. Reads and writes never allocate
-// and make no system call unless a reader sleeps: producers wake a wait
-// object only when someone waits on it, and an eventfd (WAIT_FD) is written
-// once per wake-up, not per entry.
+// or make a system call: producers wake a wait object only when someone
+// waits on it. A reader blocked in SRead parks its goroutine, whatever the
+// wait object (a thread blocked in poll(2) wakes far more slowly); the
+// eventfd of WAIT_FD is written only for an external waiter armed by
+// TryWait, once per wake-up.
 //
 // # What this package is not
 //

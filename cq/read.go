@@ -245,9 +245,10 @@ func (q *CQ) ReadErr(e *ErrEntry) error {
 // called. timeout 0 polls; a negative timeout waits forever. On expiry or
 // Signal it returns what is queued, or fi.EAGAIN if nothing is. It fails
 // with fi.EINVAL under WAIT_NONE and WAIT_SET, and with fi.EBADF if the CQ
-// is closed meanwhile. It blocks on the CQ's wait object, without spinning
-// except under WAIT_YIELD; with manual progress it runs the progress
-// functions between sleeps of 20 µs growing to 1 ms.
+// is closed meanwhile. It parks the goroutine (under WAIT_YIELD it spins with
+// runtime.Gosched instead); producers wake it through the wait object. With
+// manual progress it runs the progress functions between sleeps of 20 µs
+// growing to 1 ms.
 func (q *CQ) SRead(buf []Entry, timeout time.Duration) (int, error) {
 	return q.SReadFrom(buf, nil, timeout)
 }
@@ -280,9 +281,6 @@ func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, 
 		if q.ready() {
 			n, code := q.take(buf, src)
 			if code != fi.EAGAIN {
-				if code == 0 {
-					q.passOn()
-				}
 				return n, sreadError(code)
 			}
 		}
@@ -319,13 +317,4 @@ func (q *CQ) block(deadline time.Time, forever bool, backoff *time.Duration) {
 		}
 	}
 	q.w.await(q.waitOver, deadline, forever)
-}
-
-// passOn re-wakes sleepers on an eventfd after a read: a woken sleeper
-// drains the eventfd, which can leave another sleeper asleep although
-// entries remain.
-func (q *CQ) passOn() {
-	if w := q.w; w != nil && w.kind != WAIT_MUTEX_COND && w.sleepers.Load() > 0 && q.ready() {
-		w.wake()
-	}
 }

@@ -39,73 +39,73 @@ var eventOne = [8]byte{1} // an eventfd increment of 1 (host byte order, little-
 // re-checks its condition, then sleeps; a producer publishes, then loads
 // sleepers. Go's atomics are sequentially consistent, so either the sleeper
 // sees the completion or the producer sees the sleeper. An external waiter
-// (TryWait, for an fd in epoll or the MutexCond) sets armed instead, which
-// the next wake clears.
+// (TryWait, then epoll on the fd or Wait on the MutexCond) sets armed
+// instead, which the next wake clears.
+//
+// Goroutines blocked in SRead or WaitSet.Wait park on the condition
+// variable whatever the wait object: the runtime hands the woken goroutine
+// straight to a P, while a thread blocked in poll(2) must be woken by the
+// kernel and then find a P, which measured 10-100x slower here (see
+// BenchmarkWakeup). The eventfd of WAIT_FD and WAIT_POLLFD is written for
+// external waiters only, once per wake-up, never per entry.
 type waiter struct {
 	kind     WaitObj
 	sleepers atomic.Int32
 	armed    atomic.Bool
 	closed   atomic.Bool
 
-	// WAIT_FD and WAIT_POLLFD: efd is the eventfd producers write;
-	// killfd is written once by close and never drained, so every
-	// poller wakes and leaves before the descriptors are closed.
-	efd, killfd int
-	fdMu        sync.Mutex // guards efd writes/drains outside pollers, fdUsers, closing
-	fdUsers     int        // goroutines inside ppoll
-	fdIdle      sync.Cond  // signaled when fdUsers drops to 0 after close
-
-	// WAIT_MUTEX_COND: gen counts wakes; a sleeper waits until it moves.
+	// Sleepers wait until gen moves (a wake) or close.
 	mu     sync.Mutex
 	cond   sync.Cond
 	gen    atomic.Uint64
 	timers sync.Pool // *time.Timer that broadcast cond, for timed waits
+
+	// WAIT_FD and WAIT_POLLFD.
+	fdMu sync.Mutex // orders eventfd writes and drains with close
+	efd  int
 }
 
 func newWaiter(kind WaitObj) (*waiter, error) {
-	w := &waiter{kind: kind, efd: -1, killfd: -1}
+	w := &waiter{kind: kind, efd: -1}
 	w.cond.L = &w.mu
-	w.fdIdle.L = &w.fdMu
+	w.timers.New = func() any {
+		t := time.AfterFunc(time.Hour, w.broadcast)
+		t.Stop()
+		return t
+	}
 	switch kind {
 	case WAIT_FD, WAIT_POLLFD:
 		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 		if err != nil {
 			return nil, fmt.Errorf("eventfd: %w", err)
 		}
-		killfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-		if err != nil {
-			unix.Close(efd)
-			return nil, fmt.Errorf("eventfd: %w", err)
-		}
-		w.efd, w.killfd = efd, killfd
+		w.efd = efd
 	case WAIT_MUTEX_COND:
-		w.timers.New = func() any {
-			t := time.AfterFunc(time.Hour, w.broadcast)
-			t.Stop()
-			return t
-		}
 	default:
 		panic("cq: no waiter for " + kind.String())
 	}
 	return w, nil
 }
 
+// hasFD reports whether the wait object is an eventfd.
+func (w *waiter) hasFD() bool { return w.kind == WAIT_FD || w.kind == WAIT_POLLFD }
+
 // wanted reports whether a producer must wake the waiter.
 func (w *waiter) wanted() bool {
 	return w.sleepers.Load() != 0 || w.armed.Load()
 }
 
-// wake wakes every sleeper and disarms external waiters.
+// wake wakes every sleeper and every armed external waiter.
 func (w *waiter) wake() {
-	w.armed.Store(false)
-	switch w.kind {
-	case WAIT_FD, WAIT_POLLFD:
+	external := w.armed.Load() && w.armed.Swap(false)
+	if external && w.hasFD() {
 		w.fdMu.Lock()
 		if !w.closed.Load() {
 			unix.Write(w.efd, eventOne[:])
 		}
 		w.fdMu.Unlock()
-	case WAIT_MUTEX_COND:
+	}
+	if w.sleepers.Load() != 0 || (external && w.kind == WAIT_MUTEX_COND) {
 		w.mu.Lock()
 		w.gen.Add(1)
 		w.cond.Broadcast()
@@ -123,7 +123,7 @@ func (w *waiter) broadcast() {
 // count, so that the descriptor becomes readable only for new completions,
 // then arms. The caller re-checks its condition afterwards.
 func (w *waiter) arm() {
-	if w.kind == WAIT_FD || w.kind == WAIT_POLLFD {
+	if w.hasFD() {
 		w.fdMu.Lock()
 		if !w.closed.Load() {
 			var b [8]byte
@@ -141,54 +141,12 @@ func (w *waiter) await(done func() bool, deadline time.Time, forever bool) {
 	w.sleepers.Add(1)
 	gen := w.gen.Load()
 	if !done() && !w.closed.Load() {
-		switch w.kind {
-		case WAIT_FD, WAIT_POLLFD:
-			w.pollFD(deadline, forever)
-		case WAIT_MUTEX_COND:
-			w.waitCond(gen, deadline, forever)
-		}
+		w.sleep(gen, deadline, forever)
 	}
 	w.sleepers.Add(-1)
 }
 
-func (w *waiter) pollFD(deadline time.Time, forever bool) {
-	w.fdMu.Lock()
-	if w.closed.Load() {
-		w.fdMu.Unlock()
-		return
-	}
-	w.fdUsers++
-	w.fdMu.Unlock()
-
-	fds := [2]unix.PollFd{
-		{Fd: int32(w.efd), Events: unix.POLLIN},
-		{Fd: int32(w.killfd), Events: unix.POLLIN},
-	}
-	var ts *unix.Timespec
-	if !forever {
-		d := time.Until(deadline)
-		if d < 0 {
-			d = 0
-		}
-		t := unix.NsecToTimespec(int64(d))
-		ts = &t
-	}
-	// EINTR (the runtime preempts with signals) is a spurious wake.
-	n, _ := unix.Ppoll(fds[:], ts, nil)
-	if n > 0 && fds[0].Revents&unix.POLLIN != 0 {
-		var b [8]byte
-		unix.Read(w.efd, b[:])
-	}
-
-	w.fdMu.Lock()
-	w.fdUsers--
-	if w.fdUsers == 0 && w.closed.Load() {
-		w.fdIdle.Broadcast()
-	}
-	w.fdMu.Unlock()
-}
-
-func (w *waiter) waitCond(gen uint64, deadline time.Time, forever bool) {
+func (w *waiter) sleep(gen uint64, deadline time.Time, forever bool) {
 	var t *time.Timer
 	if !forever {
 		d := time.Until(deadline)
@@ -212,25 +170,16 @@ func (w *waiter) waitCond(gen uint64, deadline time.Time, forever bool) {
 	}
 }
 
-// close wakes every sleeper for good and, for an eventfd, waits until no
-// goroutine polls it before closing it.
+// close wakes every sleeper for good and closes the eventfd.
 func (w *waiter) close() {
-	switch w.kind {
-	case WAIT_FD, WAIT_POLLFD:
+	w.mu.Lock()
+	w.closed.Store(true)
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	if w.hasFD() {
 		w.fdMu.Lock()
-		w.closed.Store(true)
-		unix.Write(w.killfd, eventOne[:])
-		for w.fdUsers > 0 {
-			w.fdIdle.Wait()
-		}
 		unix.Close(w.efd)
-		unix.Close(w.killfd)
 		w.fdMu.Unlock()
-	case WAIT_MUTEX_COND:
-		w.mu.Lock()
-		w.closed.Store(true)
-		w.cond.Broadcast()
-		w.mu.Unlock()
 	}
 }
 
