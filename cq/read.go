@@ -157,7 +157,8 @@ func (q *CQ) copyOut(buf []Entry, h uint64) int {
 			if s.isErr {
 				return i
 			}
-			buf[i] = Entry{OpContext: s.e.OpContext, Flags: s.e.Flags, Len: s.e.Len}
+			buf[i] = s.e
+			buf[i].Buf, buf[i].Data, buf[i].Tag = nil, 0, 0
 			s.e.OpContext, s.e.Buf = nil, nil
 		}
 	case FORMAT_DATA:
@@ -166,7 +167,8 @@ func (q *CQ) copyOut(buf []Entry, h uint64) int {
 			if s.isErr {
 				return i
 			}
-			buf[i] = Entry{OpContext: s.e.OpContext, Flags: s.e.Flags, Len: s.e.Len, Buf: s.e.Buf, Data: s.e.Data}
+			buf[i] = s.e
+			buf[i].Tag = 0
 			s.e.OpContext, s.e.Buf = nil, nil
 		}
 	default: // FORMAT_TAGGED
