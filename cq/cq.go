@@ -359,8 +359,8 @@ func (q *CQ) StrError(provErrno int, errData []byte) string {
 	} else {
 		s = fi.StrError(fi.Errno(provErrno))
 	}
-	if ap, ok := decodeSockaddr(errData); ok {
-		s += ": source " + formatAddrStr(ap)
+	if ap, err := fi.DecodeSockaddr(errData); err == nil {
+		s += ": source " + fi.FormatAddrStr(ap)
 	}
 	return s
 }

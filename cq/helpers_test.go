@@ -1,7 +1,6 @@
 package cq
 
 import (
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -9,24 +8,8 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// encodeSockaddr builds the raw FI_SOURCE_ERR address format (the inverse of
-// decodeSockaddr).
-func encodeSockaddr(ap netip.AddrPort) []byte {
-	if ap.Addr().Is4() {
-		b := make([]byte, sockaddrInLen)
-		binary.NativeEndian.PutUint16(b, afInet)
-		binary.BigEndian.PutUint16(b[2:], ap.Port())
-		a := ap.Addr().As4()
-		copy(b[4:], a[:])
-		return b
-	}
-	b := make([]byte, sockaddrIn6Len)
-	binary.NativeEndian.PutUint16(b, afInet6)
-	binary.BigEndian.PutUint16(b[2:], ap.Port())
-	a := ap.Addr().As16()
-	copy(b[8:], a[:])
-	return b
-}
+// encodeSockaddr builds the raw FI_SOURCE_ERR address format.
+func encodeSockaddr(ap netip.AddrPort) []byte { return fi.EncodeSockaddr(nil, ap) }
 
 func mustOpen(t testing.TB, attr Attr) *CQ {
 	t.Helper()

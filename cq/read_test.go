@@ -343,11 +343,11 @@ func TestReadFromSource(t *testing.T) {
 				e.Flags != fi.RECV|fi.MSG|fi.REMOTE_CQ_DATA || e.SrcAddr != fi.AddrNotAvail {
 				t.Fatalf("ReadErr = %+v", e)
 			}
-			ap, ok := decodeSockaddr(e.ErrData)
-			if !ok || ap != tt.raw {
-				t.Fatalf("err_data %x decodes to %v, %v; want %v", e.ErrData, ap, ok, tt.raw)
+			ap, err := fi.DecodeSockaddr(e.ErrData)
+			if err != nil || ap != tt.raw {
+				t.Fatalf("err_data %x decodes to %v, %v; want %v", e.ErrData, ap, err, tt.raw)
 			}
-			if s := q.StrError(e.ProvErrno, e.ErrData); !strings.Contains(s, formatAddrStr(tt.raw)) {
+			if s := q.StrError(e.ProvErrno, e.ErrData); !strings.Contains(s, fi.FormatAddrStr(tt.raw)) {
 				t.Fatalf("StrError = %q, want the source address", s)
 			}
 		})
