@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -207,10 +208,11 @@ func (r *Resolver) monitor() {
 			}
 			// ENOBUFS means notifications were dropped: nothing cached
 			// can be trusted any more. Anything else is unexpected; the
-			// same answer is safe.
+			// same answer is safe, and a pause keeps a broken socket
+			// from spinning.
 			r.flush()
 			if !errors.Is(err, unix.ENOBUFS) {
-				r.monErrors.Add(1)
+				time.Sleep(10 * time.Millisecond)
 			}
 			continue
 		}

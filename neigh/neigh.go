@@ -125,10 +125,9 @@ type Resolver struct {
 	links map[int]linkInfo
 	wake  chan struct{} // closed and replaced on every cache change
 
-	monDone   chan struct{}
-	done      chan struct{}
-	misses    atomic.Uint64 // slow-path lookups, for tests
-	monErrors atomic.Uint64
+	monDone chan struct{}
+	done    chan struct{}
+	misses  atomic.Uint64 // slow-path lookups, for tests
 }
 
 // New creates a resolver for the network namespace of the calling thread.

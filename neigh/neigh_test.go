@@ -228,6 +228,9 @@ func TestResolveTimesOut(t *testing.T) {
 			net = bed.Net6
 		}
 		t.Run(famName(v6)+"/Options.Timeout", func(t *testing.T) {
+			if testing.Short() {
+				t.Skip("waits for the timeout")
+			}
 			start := time.Now()
 			_, err := r.Resolve(context.Background(), hostAddr(net, 78))
 			// The kernel is still INCOMPLETE (it gives up after ~3 s).
@@ -612,6 +615,9 @@ func TestClose(t *testing.T) {
 // TestConcurrentUse runs lookups from many goroutines while routes come and
 // go (each change flushes the cache); run it with -race.
 func TestConcurrentUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test")
+	}
 	bed := newBed(t, 2)
 	r := newResolver(t, bed.A, Options{TTL: time.Millisecond, Timeout: 200 * time.Millisecond})
 	dsts := []netip.Addr{bed.B.IPv4, bed.B.IPv6, hostAddr(bed.Net4, 77), hostAddr(otherNet4(bed, 0x20), 1)}
