@@ -47,12 +47,6 @@ type Endpoint struct {
 	done    chan struct{}
 }
 
-// hopper finds the next hop for a destination (package neigh).
-type hopper interface {
-	Lookup(dst netip.Addr) (Hop, error)
-	Close() error
-}
-
 // Open opens an endpoint. Call it from a goroutine whose thread is in the
 // network namespace of attr.Ifname.
 func Open(dp *loader.Dataplane, attr Attr) (_ *Endpoint, err error) {

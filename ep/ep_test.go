@@ -25,6 +25,16 @@ func TestPingPong(t *testing.T) {
 	}
 }
 
+// Without static neighbour entries: the first send finds no MAC for the
+// peer, the kernel resolves it (ARP, NDP) and the sends go through.
+func TestPingPongResolvesNeighbours(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ipv4", true: "ipv6"}[v6], func(t *testing.T) {
+			pingPong(t, rigOpts{v6: v6, dynamicNeigh: true}, 100, false)
+		})
+	}
+}
+
 // The same with user IDs: completions carry the ID set for the sender.
 func TestPingPongUserID(t *testing.T) {
 	n := 10000

@@ -1,88 +1,26 @@
 package ep
 
 import (
-	"fmt"
 	"net/netip"
-	"sync"
 
-	"github.com/vishvananda/netlink"
-	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/neigh"
 )
 
-// Hop is where a frame to a destination goes: its source address and the
-// Ethernet addresses of the link.
-type Hop struct {
-	SrcIP          netip.Addr
-	SrcMAC, DstMAC [6]byte
+// hopper finds the next hop for a destination: package neigh, which asks
+// the kernel (route, neighbour table) as a socket would, and triggers
+// neighbour resolution without sending traffic itself.
+type hopper interface {
+	Lookup(dst netip.Addr) (neigh.Hop, error)
+	Close() error
 }
 
-// staticHopper resolves through the routing table and existing neighbour
-// entries only. Replaced by package neigh (which also triggers resolution).
-type staticHopper struct {
-	ifindex int
-	src     netip.Addr
-	mac     [6]byte
-	mu      sync.RWMutex
-	cache   map[netip.Addr]Hop
-	h       *netlink.Handle
-}
-
+// newHopper creates the endpoint's resolver in the calling thread's
+// network namespace, bound to its interface and, unless it is a wildcard,
+// its address.
 func newHopper(ifindex int, src netip.Addr) (hopper, error) {
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return nil, err
+	o := neigh.Options{Ifindex: ifindex}
+	if !src.IsUnspecified() {
+		o.SrcIP = src
 	}
-	l, err := h.LinkByIndex(ifindex)
-	if err != nil {
-		h.Close()
-		return nil, err
-	}
-	sh := &staticHopper{ifindex: ifindex, src: src, cache: map[netip.Addr]Hop{}, h: h}
-	copy(sh.mac[:], l.Attrs().HardwareAddr)
-	return sh, nil
-}
-
-func (s *staticHopper) Lookup(dst netip.Addr) (Hop, error) {
-	s.mu.RLock()
-	hop, ok := s.cache[dst]
-	s.mu.RUnlock()
-	if ok {
-		return hop, nil
-	}
-	routes, err := s.h.RouteGet(dst.AsSlice())
-	if err != nil || len(routes) == 0 {
-		return Hop{}, fmt.Errorf("no route to %v: %w", dst, fi.ENETUNREACH)
-	}
-	next := dst
-	if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok && routes[0].Gw != nil {
-		next = gw.Unmap()
-	}
-	hop = Hop{SrcIP: s.src, SrcMAC: s.mac}
-	if src, ok := netip.AddrFromSlice(routes[0].Src); ok && (!s.src.IsValid() || s.src.IsUnspecified()) {
-		hop.SrcIP = src.Unmap()
-	}
-	family := netlink.FAMILY_V4
-	if !dst.Unmap().Is4() {
-		family = netlink.FAMILY_V6
-	}
-	neighs, err := s.h.NeighList(s.ifindex, family)
-	if err != nil {
-		return Hop{}, err
-	}
-	for _, n := range neighs {
-		if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == next.Unmap() && len(n.HardwareAddr) == 6 &&
-			n.State&(netlink.NUD_REACHABLE|netlink.NUD_PERMANENT|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_NOARP) != 0 {
-			copy(hop.DstMAC[:], n.HardwareAddr)
-			s.mu.Lock()
-			s.cache[dst] = hop
-			s.mu.Unlock()
-			return hop, nil
-		}
-	}
-	return Hop{}, fmt.Errorf("no neighbour entry for %v: %w", next, fi.EAGAIN)
-}
-
-func (s *staticHopper) Close() error {
-	s.h.Close()
-	return nil
+	return neigh.New(o)
 }

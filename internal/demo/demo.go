@@ -53,7 +53,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		return fmt.Errorf("this machine cannot load the XDP program: %w", err)
 	}
 	defer dp.Close()
-	bed, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
+	bed, down, err := testbed.Up(testbed.Options{}) // neighbours resolve by ARP/NDP, as in production
 	if err != nil {
 		return fmt.Errorf("create the network namespaces: %w", err)
 	}
