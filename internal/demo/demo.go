@@ -45,7 +45,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		o.Size = 64
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("xdpfab demo needs root: it creates network namespaces and loads XDP programs " +
+		return errors.New("needs root: it creates network namespaces and loads XDP programs " +
 			"(CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF); run it as root, e.g. sudo make demo")
 	}
 	dp, err := loader.Load(loader.Config{AVEntries: 4096, MaxAVs: 8})
