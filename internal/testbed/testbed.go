@@ -12,27 +12,21 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/sys/unix"
 )
 
-// XDPMode selects how (*Host).AttachXDP attaches a program.
-type XDPMode int
+// XDPMode selects how (*Host).AttachXDP attaches a program: the loader's
+// modes, native (the default; veth supports it) or generic.
+type XDPMode = loader.Mode
 
+// The modes, for tests that range over them.
 const (
-	// Native attaches in the driver (veth supports it); the default.
-	Native XDPMode = iota
-	// Generic attaches in the generic (skb) path.
-	Generic
+	Native  = loader.Native
+	Generic = loader.Generic
 )
 
-func (m XDPMode) String() string {
-	if m == Generic {
-		return "generic"
-	}
-	return "native"
-}
-
-func (m XDPMode) flags() link.XDPAttachFlags {
+func xdpFlags(m XDPMode) link.XDPAttachFlags {
 	if m == Generic {
 		return link.XDPGenericMode
 	}
@@ -336,7 +330,7 @@ func (h *Host) AttachXDP(tb testing.TB, prog *ebpf.Program) link.Link {
 		l, err = link.AttachXDP(link.XDPOptions{
 			Program:   prog,
 			Interface: h.Ifindex,
-			Flags:     h.bed.opts.XDPMode.flags(),
+			Flags:     xdpFlags(h.bed.opts.XDPMode),
 		})
 		return err
 	})
