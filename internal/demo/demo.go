@@ -234,7 +234,7 @@ func (x *host) ping(ctx context.Context, to fi.Addr, n, size int) ([]time.Durati
 		}
 		e, src, err := wait(ctx, x.rx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("A, message %d: %w", i, err)
+			return nil, nil, fmt.Errorf("host A, message %d: %w", i, err)
 		}
 		rtts = append(rtts, time.Since(t0))
 		if _, _, err := wait(ctx, x.tx); err != nil {
@@ -256,7 +256,7 @@ func (x *host) echo(ctx context.Context, to fi.Addr, n int, seen *[]row) error {
 		}
 		e, src, err := wait(ctx, x.rx)
 		if err != nil {
-			return fmt.Errorf("B, message %d: %w", i, err)
+			return fmt.Errorf("host B, message %d: %w", i, err)
 		}
 		if len(*seen) < 3 {
 			peer, _ := x.av.LookupAddr(to)
