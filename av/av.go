@@ -259,6 +259,26 @@ func Destroy(dp *loader.Dataplane, name string) error {
 	return a.destroyLocked()
 }
 
+// DestroyOrphan removes the anonymous AV id if process pid still owns it:
+// the agent's clean-up after processes that died without closing their
+// AVs. It fails with ENOENT when the slot holds anything else by now.
+func DestroyOrphan(dp *loader.Dataplane, id, pid uint32) error {
+	unlock := dp.Lock()
+	defer unlock()
+	var m bpf.AVMeta
+	if err := dp.AVMeta.Lookup(id, &m); err != nil {
+		return fmt.Errorf("av destroy %d: %w", id, err)
+	}
+	if m.InUse == 0 || m.OwnerPid != pid || cstr(m.Name[:]) != "" {
+		return fmt.Errorf("av destroy %d: not an anonymous AV of pid %d: %w", id, pid, fi.ENOENT)
+	}
+	a := &AV{dp: dp, id: id, byAddr: map[bpf.Addr]uint32{}, closed: true}
+	if err := a.load(m); err != nil {
+		return fmt.Errorf("av destroy %d: %w", id, err)
+	}
+	return a.destroyLocked()
+}
+
 // destroyLocked deletes every entry, every auth key and the AV's slot.
 func (a *AV) destroyLocked() error {
 	var fk []bpf.AVKey

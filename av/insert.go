@@ -235,7 +235,26 @@ func (a *AV) report(op string, errnos []fi.Errno, status []fi.Errno, ctx any, ca
 	case cause != nil:
 		return 0, fmt.Errorf("%s: %w", op, cause)
 	case first >= 0:
-		return n, fmt.Errorf("%s: %d of %d inserted; element %d: %w", op, n, len(errnos), first, errnos[first])
+		return n, &InsertError{Op: op, Inserted: n, Total: len(errnos), First: first, Errno: errnos[first]}
 	}
 	return n, nil
 }
+
+// InsertError is the error of an insert call in which some addresses
+// failed while the call itself worked: Inserted of Total went in, and the
+// per-address outcome is in fi_addr (fi.AddrNotAvail) and, with
+// fi.SYNC_ERR, the status array. errors.Is matches the first failure's
+// errno.
+type InsertError struct {
+	Op              string
+	Inserted, Total int
+	First           int // index of the first failed address
+	Errno           fi.Errno
+}
+
+func (e *InsertError) Error() string {
+	return fmt.Sprintf("%s: %d of %d inserted; element %d: %v", e.Op, e.Inserted, e.Total, e.First, e.Errno)
+}
+
+// Unwrap exposes the first failure's errno.
+func (e *InsertError) Unwrap() error { return e.Errno }

@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// Config configures an agent.
+type Config struct {
+	// Ifaces to attach the XDP program to (at least one).
+	Ifaces []string
+	// Mode of attachment.
+	Mode loader.Mode
+	// PinRoot is the bpffs directory of the node's dataplane.
+	PinRoot string
+	// Socket is the control socket's path; SocketGroup the group (name or
+	// number) allowed to use it besides root, with mode 0660. Empty: the
+	// process's group, mode 0600.
+	Socket      string
+	SocketGroup string
+	// MetricsAddr serves /metrics over HTTP; empty disables it.
+	MetricsAddr string
+	// DetachOnExit removes the XDP program when the agent stops; by
+	// default it stays attached and traffic keeps flowing.
+	DetachOnExit bool
+	// Loader sizes (zero: the loader's defaults). They must match the
+	// pinned maps' when re-adopting.
+	Sizes loader.Config
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Agent is a running agent.
+type Agent struct {
+	cfg  Config
+	log  *slog.Logger
+	dp   *loader.Dataplane
+	atts []*loader.Attachment
+
+	mu      sync.Mutex
+	avs     map[string]*av.AV // named AVs the agent has open
+	clients map[*conn]struct{}
+
+	ln          *net.UnixListener
+	http        *http.Server
+	metricsAddr string
+	restarts    uint64
+	started     time.Time
+}
+
+// New loads (or re-adopts) the dataplane, attaches it and opens the
+// control socket. Run serves it.
+func New(cfg Config) (_ *Agent, err error) {
+	if len(cfg.Ifaces) == 0 {
+		return nil, fmt.Errorf("agent: no interface given (--iface): %w", fi.EINVAL)
+	}
+	if cfg.PinRoot == "" {
+		cfg.PinRoot = filepath.Join(loader.SysFSBPF, "xdpfab")
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = client.DefaultSocket
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}, started: time.Now()}
+	defer func() {
+		if err != nil {
+			a.close(false)
+		}
+	}()
+	sizes := cfg.Sizes
+	sizes.PinRoot = cfg.PinRoot
+	if a.dp, err = loader.Load(sizes); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if err := a.recover(); err != nil {
+		return nil, err
+	}
+	for _, ifname := range cfg.Ifaces {
+		att, err := a.dp.Attach(ifname, cfg.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		a.atts = append(a.atts, att)
+		a.log.Info("xdp attached", "iface", ifname, "ifindex", att.Ifindex, "mode", att.Mode, "adopted", att.Adopted)
+	}
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
+	if cfg.MetricsAddr != "" {
+		if err := a.serveMetrics(); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// recover re-adopts what a previous agent left: it counts the restart,
+// recounts the AV capacity reservations (processes that died kept theirs)
+// and removes anonymous AVs and endpoints whose processes are gone.
+func (a *Agent) recover() error {
+	unlock := a.dp.Lock()
+	defer unlock()
+	var g bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(uint32(0), &g); err != nil {
+		return fmt.Errorf("agent: read dataplane state: %w", err)
+	}
+	if g.Generation > 0 {
+		a.restarts = g.Generation // slot 0's generation counts agent starts
+	}
+	g.Generation++
+	if err := a.dp.AVMeta.Put(uint32(0), &g); err != nil {
+		return fmt.Errorf("agent: write dataplane state: %w", err)
+	}
+	a.log.Info("dataplane loaded", "pin_root", a.cfg.PinRoot, "agent_starts", g.Generation)
+	return nil
+}
+
+// Run serves until ctx ends, then stops: the control socket closes, client
+// endpoints are released, and the XDP link stays unless DetachOnExit.
+func (a *Agent) Run(ctx context.Context) error {
+	go a.gcLoop(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- a.accept() }()
+	select {
+	case <-ctx.Done():
+		a.log.Info("stopping", "detach", a.cfg.DetachOnExit)
+		return a.close(a.cfg.DetachOnExit)
+	case err := <-errc:
+		a.close(a.cfg.DetachOnExit)
+		return err
+	}
+}
+
+func (a *Agent) close(detach bool) error {
+	var errs []error
+	if a.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		errs = append(errs, a.http.Shutdown(ctx))
+		cancel()
+	}
+	if a.ln != nil {
+		errs = append(errs, a.ln.Close())
+		os.Remove(a.cfg.Socket)
+	}
+	a.mu.Lock()
+	for c := range a.clients {
+		c.c.Close()
+	}
+	a.mu.Unlock()
+	a.mu.Lock()
+	for name, v := range a.avs {
+		errs = append(errs, v.Close())
+		delete(a.avs, name)
+	}
+	a.mu.Unlock()
+	for _, att := range a.atts {
+		if detach {
+			errs = append(errs, att.Detach())
+		} else {
+			errs = append(errs, att.Close())
+		}
+	}
+	if a.dp != nil {
+		errs = append(errs, a.dp.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// listen opens the control socket with the configured permissions.
+func (a *Agent) listen() error {
+	path := a.cfg.Socket
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("agent: socket directory: %w", err)
+	}
+	os.Remove(path) // a stale socket of a previous agent
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("agent: listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	a.ln = ln
+	mode := os.FileMode(0o600)
+	if g := a.cfg.SocketGroup; g != "" {
+		gid, err := lookupGroup(g)
+		if err != nil {
+			return err
+		}
+		if err := os.Chown(path, -1, gid); err != nil {
+			return fmt.Errorf("agent: socket group %s: %w", g, err)
+		}
+		mode = 0o660
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("agent: socket mode: %w", err)
+	}
+	a.log.Info("control socket", "path", path, "group", a.cfg.SocketGroup, "mode", mode)
+	return nil
+}
+
+func lookupGroup(g string) (int, error) {
+	if gid, err := strconv.Atoi(g); err == nil {
+		return gid, nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, fmt.Errorf("agent: socket group %q: %v (create it, e.g. with systemd-sysusers, or pass a number): %w", g, err, fi.EINVAL)
+	}
+	return strconv.Atoi(grp.Gid)
+}
+
+// gcLoop periodically releases what dead processes left behind.
+func (a *Agent) gcLoop(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.gc()
+		}
+	}
+}
+
+// gc destroys anonymous AVs whose owning process is gone (the process
+// that opened them died without closing them).
+func (a *Agent) gc() {
+	n := uint32(a.dp.AVMeta.MaxEntries())
+	for id := uint32(1); id < n; id++ {
+		var m bpf.AVMeta
+		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerPid == 0 || processAlive(int(m.OwnerPid)) {
+			continue
+		}
+		a.log.Info("removing the AV of a dead process", "av_id", id, "pid", m.OwnerPid)
+		if err := av.DestroyOrphan(a.dp, id, m.OwnerPid); err != nil {
+			a.log.Warn("remove AV", "av_id", id, "err", err)
+		}
+	}
+}
+
+func processAlive(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
+}

@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/xdpfab/xdpfab/bpf"
+)
+
+// collector reads the kernel's state at scrape time: nothing is cached, so
+// a scrape shows what the maps and sockets say now.
+type collector struct {
+	a                                       *Agent
+	packets, avEntries, mapEntries, mapSize *prometheus.Desc
+	endpoints, clients, restarts, up        *prometheus.Desc
+}
+
+func newCollector(a *Agent) *collector {
+	return &collector{
+		a:          a,
+		packets:    prometheus.NewDesc("xdpfab_xdp_packets_total", "Frames the XDP program saw, by outcome (rx counts every frame once).", []string{"iface", "outcome"}, nil),
+		avEntries:  prometheus.NewDesc("xdpfab_av_entries", "Addresses in a named address vector.", []string{"av"}, nil),
+		mapEntries: prometheus.NewDesc("xdpfab_map_entries", "Entries in a BPF map.", []string{"map"}, nil),
+		mapSize:    prometheus.NewDesc("xdpfab_map_max_entries", "Capacity of a BPF map.", []string{"map"}, nil),
+		endpoints:  prometheus.NewDesc("xdpfab_endpoints", "Endpoints in the XDP endpoint table.", nil, nil),
+		clients:    prometheus.NewDesc("xdpfab_agent_clients", "Connected control-socket clients.", nil, nil),
+		restarts:   prometheus.NewDesc("xdpfab_agent_restarts_total", "Agent starts on this dataplane before the current one.", nil, nil),
+		up:         prometheus.NewDesc("xdpfab_agent_uptime_seconds", "Seconds since this agent started.", nil, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
+	s, err := a.status()
+	if err != nil {
+		a.log.Warn("metrics", "err", err)
+		return
+	}
+	// The counters are the dataplane's, shared by every interface the
+	// program is attached to: labelled with them all.
+	ifaces := ""
+	for i, att := range s.Attachments {
+		if i > 0 {
+			ifaces += ","
+		}
+		ifaces += att.Iface
+	}
+	for i := range bpf.NumCounters {
+		name := bpf.Counter(i).String()
+		ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(s.Counters[name]), ifaces, name)
+	}
+	for _, v := range s.AVs {
+		ch <- prometheus.MustNewConstMetric(c.avEntries, prometheus.GaugeValue, float64(v.Entries), v.Name)
+	}
+	for _, m := range s.Maps {
+		ch <- prometheus.MustNewConstMetric(c.mapEntries, prometheus.GaugeValue, float64(m.Entries), m.Name)
+		ch <- prometheus.MustNewConstMetric(c.mapSize, prometheus.GaugeValue, float64(m.MaxEntries), m.Name)
+	}
+	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(len(s.Endpoints)))
+	ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(s.Clients))
+	ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(s.Restarts))
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, time.Since(a.started).Seconds())
+	a.collectEndpoints(ch)
+}
+
+func (a *Agent) serveMetrics() error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(a))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("agent: metrics on %s: %w", a.cfg.MetricsAddr, err)
+	}
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.metricsAddr = ln.Addr().String()
+	go a.http.Serve(ln)
+	a.log.Info("metrics", "url", "http://"+a.metricsAddr+"/metrics")
+	return nil
+}
+
+// MetricsAddr is the address metrics are served on (the real port when
+// Config.MetricsAddr asked for port 0).
+func (a *Agent) MetricsAddr() string { return a.metricsAddr }
+
+// collectEndpoints exports per-endpoint socket statistics (filled in by
+// the endpoint support).
+func (a *Agent) collectEndpoints(ch chan<- prometheus.Metric) {}

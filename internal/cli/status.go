@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/xdpfab/xdpfab/bpf"
+)
+
+func init() {
+	register(command{name: "status", args: "[-o json]", short: "what is attached where, map sizes, AVs, endpoints",
+		long: "Asks the agent what the node's dataplane looks like.", run: runStatus})
+	register(command{name: "stats", args: "[--watch INTERVAL] [-o json]", short: "the XDP program's counters (rates with --watch)",
+		long: `Prints the XDP program's per-CPU counters summed. Every frame counts in rx and
+in exactly one of translated, unknown_source, dropped_policy, malformed,
+passed and redirect_failed. With --watch, prints rates per second every
+INTERVAL until interrupted.`, run: runStats})
+	register(command{name: "detach", args: "--iface IF", short: "remove the XDP program from an interface",
+		long: "Asks the agent to detach its XDP program (and unpin the link) from IF.", run: runDetach})
+}
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs := flags(e, "status", "[-o json]", "Asks the agent what the node's dataplane looks like.")
+	socket := socketFlag(fs)
+	o := output(fs, e)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := e.setOutput(*o); err != nil {
+		return err
+	}
+	c, err := dial(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := c.Status()
+	if err != nil {
+		return err
+	}
+	e.emit(s, func(w io.Writer) {
+		fmt.Fprintf(w, "pin root\t%s\nagent restarts\t%d\nclients\t%d\n\n", s.PinRoot, s.Restarts, s.Clients)
+		fmt.Fprintln(w, "IFACE\tIFINDEX\tMODE\tADOPTED\t")
+		for _, a := range s.Attachments {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%v\t\n", a.Iface, a.Ifindex, a.Mode, a.Adopted)
+		}
+		fmt.Fprintln(w, "\nMAP\tENTRIES\tMAX\t")
+		for _, m := range s.Maps {
+			fmt.Fprintf(w, "%s\t%d\t%d\t\n", m.Name, m.Entries, m.MaxEntries)
+		}
+		fmt.Fprintln(w, "\nAV\tID\tTYPE\tENTRIES\tFLAGS\t")
+		for _, v := range s.AVs {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%v\t\n", v.Name, v.ID, v.Type, v.Entries, v.Flags)
+		}
+		fmt.Fprintln(w, "\nENDPOINT\tLOCAL\tAV\tXSK SLOTS\tCONTEXTS\tQUEUES\tUNKNOWN SOURCES\t")
+		for _, p := range s.Endpoints {
+			fmt.Fprintf(w, "%d\t%s\t%d\t%d-%d\t%d\t%d\t%s\t\n", p.ID, p.Local, p.AVID, p.XSKBase, p.XSKBase+uint32(p.RxCtxs*p.Queues)-1, p.RxCtxs, p.Queues, p.Policy)
+		}
+	})
+	return nil
+}
+
+func runStats(ctx context.Context, e *env, args []string) error {
+	fs := flags(e, "stats", "[--watch INTERVAL] [-o json]", commands[indexOf("stats")].long)
+	socket := socketFlag(fs)
+	watch := fs.Duration("watch", 0, "print rates every INTERVAL (e.g. 1s)")
+	o := output(fs, e)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := e.setOutput(*o); err != nil {
+		return err
+	}
+	c, err := dial(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	prev, err := c.Stats()
+	if err != nil {
+		return err
+	}
+	if *watch <= 0 {
+		e.emit(prev, func(w io.Writer) { printCounters(w, prev, nil, 0) })
+		return nil
+	}
+	t := time.NewTicker(*watch)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			cur, err := c.Stats()
+			if err != nil {
+				return err
+			}
+			dt := now.Sub(last).Seconds()
+			rates := map[string]float64{}
+			for k, v := range cur {
+				rates[k] = float64(v-prev[k]) / dt
+			}
+			e.emit(map[string]any{"time": now.UTC(), "per_second": rates, "total": cur}, func(w io.Writer) {
+				fmt.Fprintf(w, "%s\n", now.Format(time.TimeOnly))
+				printCounters(w, cur, rates, dt)
+			})
+			prev, last = cur, now
+		}
+	}
+}
+
+func printCounters(w io.Writer, c map[string]uint64, rates map[string]float64, dt float64) {
+	names := make([]string, 0, len(c))
+	for i := range bpf.NumCounters {
+		names = append(names, bpf.Counter(i).String())
+	}
+	if rates == nil {
+		fmt.Fprintln(w, "COUNTER\tTOTAL\t")
+		for _, n := range names {
+			fmt.Fprintf(w, "%s\t%d\t\n", n, c[n])
+		}
+		return
+	}
+	fmt.Fprintln(w, "COUNTER\tTOTAL\tPER SECOND\t")
+	for _, n := range names {
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t\n", n, c[n], rates[n])
+	}
+}
+
+func runDetach(ctx context.Context, e *env, args []string) error {
+	fs := flags(e, "detach", "--iface IF", commands[indexOf("detach")].long)
+	socket := socketFlag(fs)
+	iface := fs.String("iface", "", "interface")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *iface == "" {
+		return usagef("--iface is required")
+	}
+	c, err := dial(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Detach(*iface); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "detached from %s\n", *iface)
+	return nil
+}
