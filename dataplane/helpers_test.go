@@ -266,3 +266,22 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+// xskMappings counts this process's mappings of AF_XDP rings (shown as
+// socket:[inode]) and of shared UMEM memfds (/memfd:xdpfab-umem).
+func xskMappings(tb testing.TB) (rings, memfds int) {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		switch {
+		case strings.Contains(l, " socket:["):
+			rings++
+		case strings.Contains(l, "/memfd:xdpfab-umem"):
+			memfds++
+		}
+	}
+	return rings, memfds
+}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -42,10 +43,16 @@ type ring[T uint64 | Desc] struct {
 	mem []byte // the whole mapping, for munmap
 }
 
-// mapRing maps ring pgoff of fd with size entries laid out as off says.
-func mapRing[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRingOffset) (ring[T], error) {
+// ringBytes is the length of a ring of size entries laid out as off says.
+func ringBytes[T uint64 | Desc](size uint32, off unix.XDPRingOffset) int {
 	var zero T
-	length := int(off.Desc) + int(size)*int(unsafe.Sizeof(zero))
+	return int(off.Desc) + int(size)*int(unsafe.Sizeof(zero))
+}
+
+// mapRing maps ring pgoff of fd with size entries laid out as off says.
+// The kernel refuses (EINVAL) a mapping longer than its ring.
+func mapRing[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRingOffset) (ring[T], error) {
+	length := ringBytes[T](size, off)
 	mem, err := unix.Mmap(fd, pgoff, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return ring[T]{}, err
@@ -62,6 +69,21 @@ func mapRing[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRing
 	r.cachedProd = r.producer.Load()
 	r.cachedCons = r.consumer.Load()
 	return r, nil
+}
+
+// ringLarger reports whether the kernel's ring pgoff of fd is larger than
+// size entries, as far as mmap can tell: the kernel accepts a mapping up to
+// its ring's allocation, which is whole pages, so a ring larger than size
+// entries is seen only if it spans more pages than size entries need.
+func ringLarger[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRingOffset) bool {
+	page := os.Getpagesize()
+	length := (ringBytes[T](size, off)+page-1)/page*page + page
+	mem, err := unix.Mmap(fd, pgoff, length, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	_ = unix.Munmap(mem)
+	return true
 }
 
 func (r *ring[T]) unmap() error {

@@ -104,6 +104,7 @@ func (c SocketConfig) withDefaults() (SocketConfig, error) {
 // called at any time before Close; nothing may run concurrently with Close.
 type Socket struct {
 	fd       int
+	ino      uint64 // the socket's inode: one kernel socket, however many fds
 	umem     *UMEM
 	q        *queueRings
 	rx       ring[Desc]
@@ -127,6 +128,10 @@ type Socket struct {
 //
 // A bind that fails with EBUSY (the queue's previous socket is still being
 // released) is retried for up to 200 ms.
+//
+// On a UMEM from AttachUMEM, which must never be registered, Open needs an
+// adopted socket to share the registration of (XDP_SHARED_UMEM) and fails
+// with EINVAL without one; creating a socket needs CAP_NET_RAW anyway.
 func Open(ifindex, queue int, umem *UMEM, cfg SocketConfig) (*Socket, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -145,6 +150,9 @@ func Open(ifindex, queue int, umem *UMEM, cfg SocketConfig) (*Socket, error) {
 }
 
 func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error) {
+	if u.attached && len(u.sockets) == 0 {
+		return nil, fmt.Errorf("attached UMEM has no adopted socket to share the registration of (it must not be registered twice): %w", fi.EINVAL)
+	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket: %w", errnoOf(err))
@@ -164,6 +172,9 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 		}
 	}()
 
+	if s.ino, err = inodeOf(fd); err != nil {
+		return nil, fmt.Errorf("fstat: %w", errnoOf(err))
+	}
 	ns, err := netnsOf(fd)
 	if err != nil {
 		return nil, fmt.Errorf("socket netns: %w", errnoOf(err))

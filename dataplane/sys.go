@@ -45,16 +45,43 @@ func kickRx(fd int) unix.Errno {
 // is the socket's, as the socket was just created on it (a caller inside
 // another namespace holds its thread locked there).
 func netnsOf(fd int) (uint64, error) {
-	var st unix.Stat_t
+	ns, err := socketNetns(fd)
+	if err != nil {
+		return threadNetns()
+	}
+	return ns, nil
+}
+
+// socketNetns asks the kernel for the inode number of a socket's network
+// namespace (SIOCGSKNS); it needs CAP_NET_ADMIN in the namespace's owning
+// user namespace and fails with EPERM without it.
+func socketNetns(fd int) (uint64, error) {
 	nsfd, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
 	if err != nil {
-		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-			return 0, err
-		}
-		return st.Ino, nil
+		return 0, err
 	}
 	defer unix.Close(nsfd)
+	var st unix.Stat_t
 	if err := unix.Fstat(nsfd, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// threadNetns is the inode number of the calling thread's network namespace.
+func threadNetns() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// inodeOf is the inode number of fd's file: for a socket, the same for
+// every descriptor of it, in any process.
+func inodeOf(fd int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return 0, err
 	}
 	return st.Ino, nil

@@ -26,22 +26,28 @@ const (
 // multiples of 4), so metadata always fits.
 const PacketHeadroom = unix.XDP_PACKET_HEADROOM
 
-// UMEMConfig sizes a UMEM. Zero fields take the defaults.
+// UMEMConfig sizes a UMEM. Zero fields take the defaults. It is plain data
+// (SocketInfo carries it to the process that adopts a socket).
 type UMEMConfig struct {
 	// FrameSize is the size of one frame (chunk): a power of two between
 	// 2048 and the page size. Default 4096.
-	FrameSize int
+	FrameSize int `json:"frame_size"`
 	// NumFrames is the number of frames. Default 4096.
-	NumFrames int
+	NumFrames int `json:"num_frames"`
 	// FillSize and CompSize are the entries of each fill and completion
 	// ring made for this UMEM (one pair per device queue), powers of two.
 	// They default to NumFrames rounded up: a fill ring smaller than the
 	// frame pool starves copy-mode receive (rx_fill_ring_empty drops).
-	FillSize int
-	CompSize int
+	FillSize int `json:"fill_size"`
+	CompSize int `json:"comp_size"`
 	// Headroom is extra space the kernel leaves free at the start of each
 	// received frame, before PacketHeadroom. Default 0.
-	Headroom int
+	Headroom int `json:"headroom"`
+	// Shared backs the frames with a memfd (Memfd) instead of anonymous
+	// memory, so that another process can map them with AttachUMEM. The
+	// memfd is sealed against resizing. AttachUMEM ignores the field (its
+	// UMEM is always shared).
+	Shared bool `json:"shared"`
 }
 
 func (c UMEMConfig) withDefaults() (UMEMConfig, error) {
@@ -71,20 +77,27 @@ func (c UMEMConfig) withDefaults() (UMEMConfig, error) {
 }
 
 // UMEM is the packet buffer area shared by user space and the kernel:
-// NumFrames frames of FrameSize bytes in anonymous memory, with a free list
-// of frame addresses. Addresses are byte offsets into the area.
+// NumFrames frames of FrameSize bytes in anonymous memory (or a memfd, see
+// UMEMConfig.Shared), with a free list of frame addresses. Addresses are
+// byte offsets into the area.
 //
 // The kernel registration (XDP_UMEM_REG) happens when the first Socket on
 // the UMEM opens, in that socket's network namespace, and lasts while any
-// socket on it is open. Fill and completion rings exist once per device
-// queue the UMEM's sockets are bound to.
+// socket on it is open, in any process. Fill and completion rings exist
+// once per device queue the UMEM's sockets are bound to.
+//
+// A UMEM made by AttachUMEM maps another process's registered UMEM and is
+// never registered itself: its sockets come from AdoptSocket (or bind with
+// XDP_SHARED_UMEM to one of those).
 //
 // The frame allocator (Alloc, Free, FillFree, CompleteFree) may be used
 // from several goroutines; it takes a mutex once per batch.
 type UMEM struct {
-	cfg   UMEMConfig
-	mem   []byte
-	shift uint // log2(FrameSize)
+	cfg      UMEMConfig
+	mem      []byte
+	memfd    int  // -1 for anonymous memory
+	attached bool // mapped by AttachUMEM: registered by another socket's owner
+	shift    uint // log2(FrameSize)
 
 	freeMu  sync.Mutex
 	free    []uint64 // stack of free frame addresses
@@ -113,26 +126,114 @@ type queueRings struct {
 
 // NewUMEM maps the frame area. It is registered with the kernel when the
 // first socket opens on it (Open).
+//
+// With cfg.Shared the frames live in a memfd (close-on-exec, sealed with
+// F_SEAL_SHRINK, F_SEAL_GROW and F_SEAL_SEAL, so no process holding it can
+// resize it under the kernel's pinned pages), mapped MAP_SHARED; Memfd
+// returns it for AttachUMEM in another process.
 func NewUMEM(cfg UMEMConfig) (*UMEM, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	size := cfg.FrameSize * cfg.NumFrames
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, fmt.Errorf("umem: mmap %d bytes: %w", size, errnoOf(err))
+	if !cfg.Shared {
+		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+		if err != nil {
+			return nil, fmt.Errorf("umem: mmap %d bytes: %w", size, errnoOf(err))
+		}
+		return newUMEM(cfg, mem, -1), nil
 	}
+	fd, err := unix.MemfdCreate(memfdName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("umem: memfd_create: %w", errnoOf(err))
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("umem: size memfd to %d bytes: %w", size, errnoOf(err))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("umem: seal memfd: %w", errnoOf(err))
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("umem: mmap memfd of %d bytes: %w", size, errnoOf(err))
+	}
+	return newUMEM(cfg, mem, fd), nil
+}
+
+// memfdName names a shared UMEM's memfd (/proc/PID/maps shows
+// "/memfd:xdpfab-umem (deleted)").
+const memfdName = "xdpfab-umem"
+
+// AttachUMEM maps the frames of a UMEM that another process made with
+// UMEMConfig.Shared and registered (it opened the UMEM's first socket),
+// given its memfd (the creator's Memfd, received with SCM_RIGHTS). cfg must
+// describe that UMEM as its Config does: FrameSize, NumFrames, FillSize,
+// CompSize and Headroom (SocketInfo.UMEM carries them); the memfd's size
+// must be FrameSize * NumFrames.
+//
+// The UMEM is not registered with the kernel, and never will be: the
+// registration belongs to the creator's socket and lives as long as any
+// socket of the UMEM, in either process. Its sockets come from AdoptSocket.
+// Mapping the memfd needs no capability and is not charged to
+// RLIMIT_MEMLOCK; the registration was charged to the creator.
+//
+// Every frame starts on the free list: the creator hands the UMEM over
+// unused (it fills and transmits nothing) and the caller becomes the only
+// user of the frames, filling the fill rings itself (FillFree).
+//
+// On success the UMEM owns memfd (set close-on-exec, closed with the
+// memory, returned by Memfd); on failure memfd stays the caller's.
+func AttachUMEM(memfd int, cfg UMEMConfig) (*UMEM, error) {
+	cfg.Shared = true
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	size := cfg.FrameSize * cfg.NumFrames
+	var st unix.Stat_t
+	if err := unix.Fstat(memfd, &st); err != nil {
+		return nil, fmt.Errorf("umem attach fd %d: %w", memfd, errnoOf(err))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(size) {
+		return nil, fmt.Errorf("umem attach fd %d: %d bytes (mode %#o), want a memfd of %d frames of %d bytes = %d: %w",
+			memfd, st.Size, st.Mode, cfg.NumFrames, cfg.FrameSize, size, fi.EINVAL)
+	}
+	mem, err := unix.Mmap(memfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("umem attach fd %d: mmap %d bytes: %w", memfd, size, errnoOf(err))
+	}
+	unix.CloseOnExec(memfd)
+	u := newUMEM(cfg, mem, memfd)
+	u.attached = true
+	return u, nil
+}
+
+func newUMEM(cfg UMEMConfig, mem []byte, memfd int) *UMEM {
 	u := &UMEM{
 		cfg:     cfg,
 		mem:     mem,
+		memfd:   memfd,
 		shift:   uint(bits.TrailingZeros(uint(cfg.FrameSize))),
 		free:    make([]uint64, 0, cfg.NumFrames),
 		freeMap: make([]uint64, (cfg.NumFrames+63)/64),
 		queues:  make(map[queueKey]*queueRings),
 	}
 	u.resetFree()
-	return u, nil
+	return u
+}
+
+// Memfd returns the memfd holding a shared UMEM's frames (UMEMConfig.Shared
+// or AttachUMEM), to pass to AttachUMEM in another process, or -1 for
+// anonymous memory. It stays owned by the UMEM and is closed when the
+// memory goes (see Close); the receiver gets its own reference.
+func (u *UMEM) Memfd() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.memfd
 }
 
 // Config returns the UMEM's configuration with defaults filled in.
@@ -239,8 +340,11 @@ func (u *UMEM) resetFree() {
 	}
 }
 
-// Close releases the UMEM. The memory is unmapped at once if no socket uses
-// it, else when the last one closes. Close is idempotent.
+// Close releases the UMEM. The memory is unmapped (and a memfd closed) at
+// once if no socket uses it, else when the last one closes. Another
+// process's mapping of a shared UMEM is unaffected: the memory lives while
+// any process maps it, and the kernel's registration keeps its pages
+// pinned while any socket of the UMEM is open. Close is idempotent.
 func (u *UMEM) Close() error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -255,12 +359,18 @@ func (u *UMEM) releaseLocked() error {
 	if u.mem == nil {
 		return nil
 	}
-	err := unix.Munmap(u.mem)
-	u.mem = nil
-	if err != nil {
-		return fmt.Errorf("umem: munmap: %w", errnoOf(err))
+	var errs []error
+	if err := unix.Munmap(u.mem); err != nil {
+		errs = append(errs, fmt.Errorf("umem: munmap: %w", errnoOf(err)))
 	}
-	return nil
+	u.mem = nil
+	if u.memfd >= 0 {
+		if err := unix.Close(u.memfd); err != nil {
+			errs = append(errs, fmt.Errorf("umem: close memfd: %w", errnoOf(err)))
+		}
+		u.memfd = -1
+	}
+	return errors.Join(errs...)
 }
 
 // register makes fd's socket the UMEM's kernel owner (XDP_UMEM_REG).
