@@ -154,6 +154,16 @@ func (a *Attachment) Detach() error {
 	return errors.Join(errs...)
 }
 
+// AttachedPinned reports whether a pinned xdpfab link exists for ifname
+// (an agent attached the program there).
+func (d *Dataplane) AttachedPinned(ifname string) bool {
+	if !d.pinned {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(d.cfg.PinRoot, "links", ifname))
+	return err == nil
+}
+
 // Detach removes xdpfab's pinned link from ifname, for a process that did
 // not attach it (`xdpfab detach`).
 func (d *Dataplane) Detach(ifname string) error {

@@ -1,0 +1,265 @@
+// Package pingpong is `xdpfab pingpong`: a server and a client exchanging
+// messages over xdpfab endpoints, reporting like libfabric's fi_pingpong so
+// the two can be compared line by line.
+//
+// fi_pingpong counts a ping-pong as two transfers and reports usec/xfer =
+// elapsed / (iterations * 2); so does this. The server learns the client
+// from its first message: with FI_SOURCE_ERR the unknown sender arrives as
+// an EADDRNOTAVAIL completion whose err_data is inserted into the AV.
+package pingpong
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// Options of a run.
+type Options struct {
+	Iface    string
+	Local    netip.AddrPort
+	Peer     netip.AddrPort // client only
+	Sizes    []int
+	Iters    int
+	Warmup   int
+	BusyPoll time.Duration
+	Mode     loader.Mode
+	// PinRoot of a running agent's dataplane; empty or missing: a private
+	// dataplane attached for the run.
+	PinRoot string
+}
+
+// session is one side's objects.
+type session struct {
+	dp     *loader.Dataplane
+	att    *loader.Attachment
+	av     *av.AV
+	tx, rx *cq.CQ
+	ep     *ep.Endpoint
+}
+
+func open(o Options, server bool) (*session, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("pingpong needs root (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW) for its endpoint: %w", fi.EPERM)
+	}
+	s := &session{}
+	cfg := loader.Config{}
+	if o.PinRoot != "" {
+		if ok, _ := loader.IsBPFFS(o.PinRoot); ok {
+			if _, err := os.Stat(filepath.Join(o.PinRoot, "maps")); err == nil {
+				cfg.PinRoot = o.PinRoot // share the agent's dataplane
+			}
+		}
+	}
+	var err error
+	if s.dp, err = loader.Load(cfg); err != nil {
+		return nil, err
+	}
+	// An agent's program is already attached: use it as it is.
+	if !s.dp.AttachedPinned(o.Iface) {
+		if s.att, err = s.dp.Attach(o.Iface, o.Mode); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	if s.av, err = av.Open(s.dp, &av.Attr{Type: av.TypeTable}); err != nil {
+		s.close()
+		return nil, err
+	}
+	s.tx, _ = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG})
+	s.rx, _ = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG})
+	caps := fi.MSG | fi.SOURCE
+	if server {
+		caps |= fi.SOURCE_ERR
+	}
+	if s.ep, err = ep.Open(s.dp, ep.Attr{Ifname: o.Iface, Local: o.Local, AV: s.av, TxCQ: s.tx, RxCQ: s.rx, Caps: caps, BusyPoll: o.BusyPoll}); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) close() {
+	if s.ep != nil {
+		s.ep.Close()
+	}
+	for _, q := range []*cq.CQ{s.tx, s.rx} {
+		if q != nil {
+			q.Close()
+		}
+	}
+	if s.av != nil {
+		s.av.Close()
+	}
+	if s.att != nil {
+		s.att.Close()
+	}
+	if s.dp != nil {
+		s.dp.Close()
+	}
+}
+
+// wait spins on q until a completion (manual progress: the read drives the
+// endpoint). An error completion comes back as *cq.ErrEntry.
+func wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error) {
+	var e [1]cq.Entry
+	var src [1]fi.Addr
+	for i := 0; ; i++ {
+		n, err := q.ReadFrom(e[:], src[:])
+		if n == 1 {
+			return e[0], src[0], nil, nil
+		}
+		if errors.Is(err, fi.EAVAIL) {
+			ee := &cq.ErrEntry{ErrData: make([]byte, 64)}
+			if err := q.ReadErr(ee); err != nil {
+				return cq.Entry{}, 0, nil, err
+			}
+			return cq.Entry{}, fi.AddrNotAvail, ee, nil
+		}
+		if !errors.Is(err, fi.EAGAIN) {
+			return cq.Entry{}, 0, nil, err
+		}
+		if i&4095 == 0 && ctx.Err() != nil {
+			return cq.Entry{}, 0, nil, ctx.Err()
+		}
+	}
+}
+
+func send(ctx context.Context, s *session, buf []byte, to fi.Addr) error {
+	for i := 0; ; i++ {
+		err := s.ep.Inject(buf, to)
+		if !errors.Is(err, fi.EAGAIN) {
+			return err
+		}
+		if i&4095 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.ep.Progress()
+	}
+}
+
+// Server echoes every message back to its sender until ctx ends. Each
+// size of the client's run is a stream of Warmup+Iters messages.
+func Server(ctx context.Context, w io.Writer, o Options) error {
+	s, err := open(o, true)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	fmt.Fprintf(w, "xdpfab pingpong server on %s (%s), waiting for a client\n", o.Local, o.Iface)
+	buf := make([]byte, s.ep.MaxMsgSize())
+	peers := map[string]fi.Addr{}
+	for {
+		if err := s.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			return err
+		}
+		e, src, ee, err := wait(ctx, s.rx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if ee != nil {
+			if ee.Err != fi.EADDRNOTAVAIL {
+				return fmt.Errorf("receive: %w", ee.Err)
+			}
+			// A new client: insert its address as the completion gave it.
+			if to, ok := peers[string(ee.ErrData)]; ok {
+				src = to
+			} else {
+				out := []fi.Addr{fi.AddrNotAvail}
+				if _, err := s.av.InsertRaw([][]byte{ee.ErrData}, out, 0, nil); err != nil {
+					return err
+				}
+				ap, _ := fi.DecodeSockaddr(ee.ErrData)
+				fmt.Fprintf(w, "client %s is fi_addr %d\n", ap, out[0])
+				peers[string(ee.ErrData)], src = out[0], out[0]
+			}
+			e.Len = ee.Len
+		}
+		if err := send(ctx, s, buf[:e.Len], src); err != nil {
+			return err
+		}
+	}
+}
+
+// Client runs Warmup+Iters ping-pongs per size and prints one
+// fi_pingpong-shaped line per size.
+func Client(ctx context.Context, w io.Writer, o Options) error {
+	s, err := open(o, false)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	out := []fi.Addr{fi.AddrNotAvail}
+	if _, err := s.av.Insert([]netip.AddrPort{o.Peer}, out, 0, nil); err != nil {
+		return err
+	}
+	peer := out[0]
+	buf := make([]byte, s.ep.MaxMsgSize())
+	fmt.Fprintf(w, "%-8s%-8s%-8s%-8s%-10s%-12s%-10s\n", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
+	for _, size := range o.Sizes {
+		if size > s.ep.MaxMsgSize() {
+			fmt.Fprintf(w, "%-8d (larger than the endpoint's %d-byte messages: skipped)\n", size, s.ep.MaxMsgSize())
+			continue
+		}
+		msg := make([]byte, size)
+		var start time.Time
+		for i := range o.Warmup + o.Iters {
+			if i == o.Warmup {
+				start = time.Now()
+			}
+			if err := s.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+				return err
+			}
+			if err := send(ctx, s, msg, peer); err != nil {
+				return err
+			}
+			if _, _, ee, err := wait(ctx, s.rx); err != nil || ee != nil {
+				if err == nil {
+					err = ee.Err
+				}
+				return fmt.Errorf("message %d of %d bytes: %w", i, size, err)
+			}
+		}
+		elapsed := time.Since(start)
+		xfers := float64(2 * o.Iters)
+		total := float64(size) * xfers
+		fmt.Fprintf(w, "%-8s%-8s%-8s%-8s%-10.2f%-12.2f%-10.2f\n", num(size), num(o.Iters), num(int(total)),
+			fmt.Sprintf("%.2fs", elapsed.Seconds()), total/elapsed.Seconds()/1e6,
+			float64(elapsed.Microseconds())/xfers, xfers/elapsed.Seconds()/1e6)
+	}
+	return nil
+}
+
+// num formats like fabtests' size_str: 64, 1k, 10k, 1.2m.
+func num(v int) string {
+	switch {
+	case v >= 1<<30:
+		return trim(float64(v)/(1<<30)) + "g"
+	case v >= 1<<20:
+		return trim(float64(v)/(1<<20)) + "m"
+	case v >= 1<<10:
+		return trim(float64(v)/(1<<10)) + "k"
+	}
+	return fmt.Sprint(v)
+}
+
+func trim(f float64) string {
+	if f == float64(int(f)) {
+		return fmt.Sprint(int(f))
+	}
+	return fmt.Sprintf("%.1f", f)
+}
