@@ -107,6 +107,9 @@ func (r *Resolver) neighGet(k hopKey) (n kneigh, found bool, err error) {
 // NONE or FAILED entry starts ARP/NDP resolution (INCOMPLETE), a STALE one
 // moves to DELAY and gets re-verified. No packet of ours is sent.
 func (r *Resolver) neighUse(k hopKey) error {
+	if r.opts.Use != nil {
+		return r.opts.Use(k.ifindex, k.ip)
+	}
 	return r.rt.NeighSet(&netlink.Neigh{
 		LinkIndex: k.ifindex,
 		Family:    int(family(k.ip)),

@@ -51,6 +51,11 @@ type Options struct {
 	// Timeout bounds Resolve (default 1s). When it expires with the next
 	// hop still unresolved, Resolve reports EHOSTUNREACH (and ETIMEDOUT).
 	Timeout time.Duration
+	// Use, if set, replaces the resolver's own NTF_USE request: it must
+	// make the kernel resolve (or re-verify) ip on ifindex. NTF_USE needs
+	// CAP_NET_ADMIN; an unprivileged application passes a function that
+	// asks the xdpfab agent to do it.
+	Use func(ifindex int, ip netip.Addr) error
 	// TTL is how long a result, positive or negative, is served from the
 	// cache before the kernel is asked again (default 5s; entries are
 	// swept every TTL/4, so they live up to 1.25 TTL). Neighbour and route

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -760,5 +761,33 @@ func TestStaleNeighbourIsReverified(t *testing.T) {
 	}
 	if state&(netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_REACHABLE) == 0 {
 		t.Fatalf("neighbour state %#x after refresh, want DELAY (re-verification started)", state)
+	}
+}
+
+// Options.Use replaces the resolver's own NTF_USE: an unprivileged
+// application has the agent make the kernel resolve.
+func TestUseHook(t *testing.T) {
+	bed := newBed(t, 2)
+	var calls atomic.Int32
+	var h *netlink.Handle
+	if err := bed.A.Do(func() (err error) { h, err = netlink.NewHandle(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	use := func(ifindex int, ip netip.Addr) error {
+		calls.Add(1)
+		return h.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: int(family(ip)), IP: net.IP(ip.AsSlice()), Flags: netlink.NTF_USE})
+	}
+	r := newResolver(t, bed.A, Options{Use: use})
+	hop, err := r.Resolve(context.Background(), bed.B.IPv4)
+	if err != nil || hop.DstMAC != mac(bed.B.MAC) {
+		t.Fatalf("Resolve with a Use hook: %+v %v", hop, err)
+	}
+	if calls.Load() == 0 {
+		t.Error("the hook was not called")
+	}
+	failing := newResolver(t, bed.A, Options{Use: func(int, netip.Addr) error { return fi.EPERM }})
+	if _, err := failing.Lookup(bed.B.IPv6); !errors.Is(err, fi.EIO) {
+		t.Errorf("failing hook: %v", err)
 	}
 }
