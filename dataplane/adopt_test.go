@@ -35,7 +35,6 @@ func fdOpen(fd int) bool {
 // TestSharedUMEMMemfd checks the memfd behind a shared UMEM and a second
 // mapping of it with AttachUMEM; no privilege needed.
 func TestSharedUMEMMemfd(t *testing.T) {
-	fds0, _ := counts(t)
 	rings0, memfds0 := xskMappings(t)
 
 	anon := newUMEM(t, dataplane.UMEMConfig{NumFrames: 4})
@@ -73,7 +72,7 @@ func TestSharedUMEMMemfd(t *testing.T) {
 	}
 	copy(u.Frame(5*2048+256), "from the creator")
 	copy(a.Frame(9*2048), "from the adopter")
-	if got := a.Frame(5 * 2048 + 256)[:16]; string(got) != "from the creator" {
+	if got := a.Frame(5*2048 + 256)[:16]; string(got) != "from the creator" {
 		t.Errorf("attached mapping reads %q", got)
 	}
 	if got := u.Frame(9 * 2048)[:16]; string(got) != "from the adopter" {
@@ -122,10 +121,9 @@ func TestSharedUMEMMemfd(t *testing.T) {
 	if a.Memfd() != -1 || u.Memfd() != -1 {
 		t.Error("Memfd after Close")
 	}
-	fds1, _ := counts(t)
 	rings1, memfds1 := xskMappings(t)
-	if fds1 != fds0 || rings1 != rings0 || memfds1 != memfds0 {
-		t.Errorf("fds %d -> %d, ring mappings %d -> %d, memfd mappings %d -> %d", fds0, fds1, rings0, rings1, memfds0, memfds1)
+	if fds := xskFDs(t); len(fds) > 0 || rings1 != rings0 || memfds1 != memfds0 {
+		t.Errorf("memfd descriptors %q, ring mappings %d -> %d, memfd mappings %d -> %d", fds, rings0, rings1, memfds0, memfds1)
 	}
 }
 
@@ -181,28 +179,11 @@ func transmitUDP(t *testing.T, bed *testbed.Bed, s *dataplane.Socket, dst netip.
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	u := s.UMEM()
-	addrs := make([]uint64, n)
-	if got := u.Alloc(addrs); got != n {
-		t.Fatalf("Alloc = %d", got)
+	frames := make([][]byte, n)
+	for i := range frames {
+		frames[i] = udp4Frame(bed.B.MAC, bed.A.MAC, netip.AddrPortFrom(bed.B.IPv4, 6000), dst, fmt.Appendf(nil, "%s %02d", tag, i))
 	}
-	descs := make([]dataplane.Desc, n)
-	for i, a := range addrs {
-		f := udp4Frame(bed.B.MAC, bed.A.MAC, netip.AddrPortFrom(bed.B.IPv4, 6000), dst, fmt.Appendf(nil, "%s %02d", tag, i))
-		descs[i] = dataplane.Desc{Addr: a, Len: uint32(copy(u.Frame(a), f))}
-	}
-	if got := s.Transmit(descs); got != n {
-		t.Fatalf("Transmit = %d", got)
-	}
-	for done, deadline := 0, time.Now().Add(5*time.Second); done < n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d of %d completed", tag, done, n)
-		}
-		if err := s.Kick(); err != nil {
-			t.Fatal(err)
-		}
-		done += s.CompleteFree()
-	}
+	sendFrames(t, s, frames)
 	if err := pc.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +196,34 @@ func transmitUDP(t *testing.T, bed *testbed.Bed, s *dataplane.Socket, dst netip.
 	}
 }
 
+// sendFrames transmits frames through s and waits until the kernel has
+// completed them all.
+func sendFrames(t *testing.T, s *dataplane.Socket, frames [][]byte) {
+	t.Helper()
+	u := s.UMEM()
+	addrs := make([]uint64, len(frames))
+	if got := u.Alloc(addrs); got != len(frames) {
+		t.Fatalf("Alloc = %d of %d", got, len(frames))
+	}
+	descs := make([]dataplane.Desc, len(frames))
+	for i, a := range addrs {
+		descs[i] = dataplane.Desc{Addr: a, Len: uint32(copy(u.Frame(a), frames[i]))}
+	}
+	if got := s.Transmit(descs); got != len(descs) {
+		t.Fatalf("Transmit = %d of %d", got, len(descs))
+	}
+	for done, deadline := 0, time.Now().Add(5*time.Second); done < len(descs); {
+		if time.Now().After(deadline) {
+			st, _ := s.Stats()
+			t.Fatalf("%d of %d transmissions completed; stats %+v", done, len(descs), st)
+		}
+		if err := s.Kick(); err != nil {
+			t.Fatal(err)
+		}
+		done += s.CompleteFree()
+	}
+}
+
 // TestAdoptAfterCreatorCloses adopts a socket in the creating process
 // itself, through a second mapping of its memfd, then closes the creator's
 // socket and UMEM: the adopted side keeps working on the kernel's pinned
@@ -223,7 +232,6 @@ func TestAdoptAfterCreatorCloses(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	bed := testbed.New(t, testbed.Options{})
 	p := newRedirectProg(t)
-	fds0, _ := counts(t)
 	rings0, memfds0 := xskMappings(t)
 
 	u, err := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 128, FillSize: 64, CompSize: 64, Shared: true})
@@ -238,6 +246,7 @@ func TestAdoptAfterCreatorCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.insert(t, s)
+	ino := inode(t, s.FD())
 	info := s.Info()
 	t.Logf("info %+v", info)
 
@@ -290,10 +299,9 @@ func TestAdoptAfterCreatorCloses(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fds1, _ := counts(t)
 	rings1, memfds1 := xskMappings(t)
-	if fds1 != fds0 || rings1 != rings0 || memfds1 != memfds0 {
-		t.Errorf("fds %d -> %d, ring mappings %d -> %d, memfd mappings %d -> %d", fds0, fds1, rings0, rings1, memfds0, memfds1)
+	if fds := xskFDs(t, ino); len(fds) > 0 || rings1 != rings0 || memfds1 != memfds0 {
+		t.Errorf("descriptors %q, ring mappings %d -> %d, memfd mappings %d -> %d", fds, rings0, rings1, memfds0, memfds1)
 	}
 	// The kernel released the socket, the UMEM and the queue.
 	requireQueueFree(t, bed.B)

@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -284,4 +285,41 @@ func xskMappings(tb testing.TB) (rings, memfds int) {
 		}
 	}
 	return rings, memfds
+}
+
+// xskFDs lists this process's descriptors of shared UMEM memfds and of the
+// sockets with the given inode numbers (their /proc/self/fd links). Unlike
+// a count of all descriptors it ignores the namespace handles that
+// testbed's helper threads close a moment after returning.
+func xskFDs(tb testing.TB, inos ...uint64) []string {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		l, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the ReadDir descriptor itself, gone by now
+		}
+		hit := strings.Contains(l, "/memfd:xdpfab-umem")
+		for _, ino := range inos {
+			hit = hit || l == fmt.Sprintf("socket:[%d]", ino)
+		}
+		if hit {
+			out = append(out, e.Name()+" -> "+l)
+		}
+	}
+	return out
+}
+
+// inode is the inode number of fd's file.
+func inode(tb testing.TB, fd int) uint64 {
+	tb.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		tb.Fatal(err)
+	}
+	return st.Ino
 }
