@@ -74,12 +74,23 @@ type Attr struct {
 
 const epCaps = fi.MSG | fi.TAGGED | fi.SOURCE | fi.SOURCE_ERR | fi.DIRECTED_RECV | fi.SEND | fi.RECV
 
+// validate checks attributes for Open and Adopt, which run a data path.
 func (a *Attr) validate() error {
+	if a.TxCQ == nil || (a.RxCQ == nil && len(a.RxCQs) == 0) {
+		return fmt.Errorf("ep open: transmit and receive completion queues are required: %w", fi.ENOCQ)
+	}
+	if len(a.RxCQs) > 0 && len(a.RxCQs) != max(a.RxContexts, 1) {
+		return fmt.Errorf("ep open: %d receive CQs for %d contexts: %w", len(a.RxCQs), max(a.RxContexts, 1), fi.EINVAL)
+	}
+	return a.validateKernel()
+}
+
+// validateKernel checks what the kernel objects of an endpoint need
+// (Prepare: no CQs there).
+func (a *Attr) validateKernel() error {
 	switch {
 	case a.AV == nil:
 		return fmt.Errorf("ep open: no address vector: %w", fi.ENOAV)
-	case a.TxCQ == nil || (a.RxCQ == nil && len(a.RxCQs) == 0):
-		return fmt.Errorf("ep open: transmit and receive completion queues are required: %w", fi.ENOCQ)
 	case a.Ifname == "":
 		return fmt.Errorf("ep open: no interface: %w", fi.EINVAL)
 	case !a.Local.IsValid() || a.Local.Port() == 0:
@@ -94,8 +105,6 @@ func (a *Attr) validate() error {
 		return fmt.Errorf("ep open: %d receive contexts (1..256): %w", a.RxContexts, fi.EINVAL)
 	case a.Queues < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:
 		return fmt.Errorf("ep open: negative size: %w", fi.EINVAL)
-	case len(a.RxCQs) > 0 && len(a.RxCQs) != max(a.RxContexts, 1):
-		return fmt.Errorf("ep open: %d receive CQs for %d contexts: %w", len(a.RxCQs), max(a.RxContexts, 1), fi.EINVAL)
 	case a.OpFlags&^(fi.INJECT_COMPLETE|fi.TRANSMIT_COMPLETE) != 0:
 		return fmt.Errorf("ep open: op flags %v: %w", a.OpFlags, fi.EINVAL)
 	case a.Progress != ProgressManual && a.Progress != ProgressAuto:

@@ -26,6 +26,7 @@ type device struct {
 	fillMu  []sync.Mutex        // per queue: the fill ring has one producer
 	tx      txState
 	mode    dataplane.BindMode
+	shared  bool // in devices: other endpoints of the process join it
 }
 
 type devKey struct {
@@ -41,11 +42,11 @@ var devices = struct {
 // acquireDevice returns the calling thread's namespace's device for
 // ifindex, creating it with the endpoint's sizes if it is the first.
 func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return nil, fmt.Errorf("network namespace of this thread: %w", err)
+	ns, err := threadNetns()
+	if err != nil {
+		return nil, err
 	}
-	key := devKey{st.Ino, ifindex}
+	key := devKey{ns, ifindex}
 	devices.Lock()
 	defer devices.Unlock()
 	if d := devices.m[key]; d != nil {
@@ -55,22 +56,41 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 		d.refs++
 		return d, nil
 	}
-	d, err := newDevice(key, queues, a)
+	d, err := newDevice(key, queues, a, false)
 	if err != nil {
 		return nil, err
 	}
-	d.refs = 1
+	d.prime(a.Frames)
+	d.refs, d.shared = 1, true
 	devices.m[key] = d
 	return d, nil
 }
 
-func newDevice(key devKey, queues int, a *Attr) (_ *device, err error) {
+// newPrivateDevice makes a device for one endpoint that another process
+// will run (Prepare): its UMEM is a memfd the application maps, and its
+// fill rings stay empty for the application to fill.
+func newPrivateDevice(ifindex, queues int, a *Attr) (*device, error) {
+	ns, err := threadNetns()
+	if err != nil {
+		return nil, err
+	}
+	return newDevice(devKey{ns, ifindex}, queues, a, true)
+}
+
+func threadNetns() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("network namespace of this thread: %w", err)
+	}
+	return st.Ino, nil
+}
+
+func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err error) {
 	d := &device{key: key, queues: queues, fillMu: make([]sync.Mutex, queues), mode: a.BindMode}
-	perQueue := a.Frames / 2 / queues
-	if perQueue < 16 {
+	if a.Frames/2/queues < 16 {
 		return nil, fmt.Errorf("%d frames too few for %d queues: %w", a.Frames, queues, fi.EINVAL)
 	}
-	if d.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: a.Frames}); err != nil {
+	if d.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: a.Frames, Shared: memfd}); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -89,19 +109,27 @@ func newDevice(key devKey, queues int, a *Attr) (_ *device, err error) {
 		}
 		d.anchors = append(d.anchors, s)
 	}
-	addrs := make([]uint64, perQueue)
+	d.tx.init(d, a.Frames)
+	return d, nil
+}
+
+// prime gives each queue's fill ring half the frames, split evenly; the
+// other half is for transmitting.
+func (d *device) prime(frames int) {
+	addrs := make([]uint64, frames/2/d.queues)
 	for _, s := range d.anchors {
 		n := d.umem.Alloc(addrs)
 		if got := s.Fill(addrs[:n]); got != n {
 			d.umem.Free(addrs[got:n]...)
 		}
 	}
-	d.tx.init(d, a.Frames)
-	return d, nil
 }
 
 // releaseDevice drops an endpoint's reference; the last one closes it.
 func releaseDevice(d *device) error {
+	if !d.shared {
+		return d.close()
+	}
 	devices.Lock()
 	defer devices.Unlock()
 	if d.refs--; d.refs > 0 {

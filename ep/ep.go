@@ -41,6 +41,9 @@ type Endpoint struct {
 	txcq    *cq.Producer
 	waiting []txOp // send completions the TX CQ had no room for yet
 
+	registered bool         // this process wrote the endpoint table and XSKMAP
+	release    func() error // adopted: tells the agent the endpoint is gone
+
 	closed  atomic.Bool
 	closeMu sync.Mutex
 	stop    chan struct{}
@@ -50,80 +53,121 @@ type Endpoint struct {
 // Open opens an endpoint. Call it from a goroutine whose thread is in the
 // network namespace of attr.Ifname.
 func Open(dp *loader.Dataplane, attr Attr) (_ *Endpoint, err error) {
-	if dp == nil {
-		return nil, fmt.Errorf("ep open: nil dataplane: %w", fi.EINVAL)
-	}
 	if err := attr.validate(); err != nil {
 		return nil, err
+	}
+	e, undo, err := setup(dp, attr, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	if err := e.start(&undo, nil); err != nil {
+		return nil, err
+	}
+	if err := e.register(); err != nil {
+		return nil, err
+	}
+	e.registered = true
+	return e, nil
+}
+
+// undoList undoes a half-made endpoint, last step first.
+type undoList []func()
+
+func (u *undoList) add(f func()) { *u = append(*u, f) }
+
+func (u undoList) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// setup makes what every endpoint of this process needs before its data
+// path: the checks, the interface, the AV binding, the device and the
+// receive sockets. private gives the endpoint a device of its own with a
+// memfd-backed UMEM, for handing over to another process (Prepare).
+func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, undo undoList, err error) {
+	if dp == nil {
+		return nil, nil, fmt.Errorf("ep open: nil dataplane: %w", fi.EINVAL)
 	}
 	attr.defaults()
 	iface, err := net.InterfaceByName(attr.Ifname)
 	if err != nil {
-		return nil, fmt.Errorf("ep open: interface %q: %w", attr.Ifname, fi.ENODEV)
+		return nil, nil, fmt.Errorf("ep open: interface %q: %w", attr.Ifname, fi.ENODEV)
 	}
-	e := &Endpoint{dp: dp, av: attr.AV, attr: attr, queues: attr.Queues}
+	e = &Endpoint{dp: dp, av: attr.AV, attr: attr, queues: attr.Queues}
 	if e.queues == 0 {
 		e.queues = 1
 		if l, err := netlink.LinkByIndex(iface.Index); err == nil && l.Attrs().NumRxQueues > 0 {
 			e.queues = l.Attrs().NumRxQueues
 		}
 	}
-	e.maxMsg = iface.MTU - ipHeaderLen(attr.Local.Addr()) - bpf.UDPHeaderLen - bpf.HdrLen
-	if limit := 4096 - dataplane.PacketHeadroom - 14 - ipHeaderLen(attr.Local.Addr()) - bpf.UDPHeaderLen - bpf.HdrLen; e.maxMsg > limit {
-		e.maxMsg = limit
-	}
-	if e.attr.MinMultiRecv == 0 {
-		e.attr.MinMultiRecv = e.maxMsg
-	}
-	e.userIDs = attr.AV.Attr().Flags&fi.AV_USER_ID != 0
-
-	var undo []func()
+	e.setMaxMsg(iface.MTU)
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.run()
 		}
 	}()
 	if err := e.av.BindEndpoint(); err != nil {
-		return nil, fmt.Errorf("ep open: %w", err)
+		return nil, nil, fmt.Errorf("ep open: %w", err)
 	}
-	undo = append(undo, e.av.UnbindEndpoint)
+	undo.add(e.av.UnbindEndpoint)
 	if attr.AuthKey != 0 {
 		if e.authKey, err = e.av.AcquireAuthKey(attr.AuthKey); err != nil {
-			return nil, fmt.Errorf("ep open: %w", err)
+			return nil, nil, fmt.Errorf("ep open: %w", err)
 		}
-		undo = append(undo, func() { e.av.ReleaseAuthKey(attr.AuthKey) })
+		undo.add(func() { e.av.ReleaseAuthKey(attr.AuthKey) })
 	}
-
-	if e.dev, err = acquireDevice(iface.Index, e.queues, &e.attr); err != nil {
-		return nil, fmt.Errorf("ep open: interface %s: %w", attr.Ifname, err)
+	if private {
+		e.dev, err = newPrivateDevice(iface.Index, e.queues, &e.attr)
+	} else {
+		e.dev, err = acquireDevice(iface.Index, e.queues, &e.attr)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("ep open: interface %s: %w", attr.Ifname, err)
 	}
 	e.umem = e.dev.umem
-	undo = append(undo, func() { releaseDevice(e.dev) })
+	undo.add(func() { releaseDevice(e.dev) })
 	if err := e.openSockets(iface.Index); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	undo = append(undo, e.closeSockets)
-	if e.hops, err = newHopper(iface.Index, attr.Local.Addr()); err != nil {
-		return nil, fmt.Errorf("ep open: %w", err)
-	}
-	undo = append(undo, func() { e.hops.Close() })
+	undo.add(e.closeSockets)
+	return e, undo, nil
+}
 
+func (e *Endpoint) setMaxMsg(mtu int) {
+	ip := ipHeaderLen(e.attr.Local.Addr())
+	e.maxMsg = min(mtu, 4096-dataplane.PacketHeadroom-14) - ip - bpf.UDPHeaderLen - bpf.HdrLen
+	if e.attr.MinMultiRecv == 0 {
+		e.attr.MinMultiRecv = e.maxMsg
+	}
+}
+
+// start gives a set-up endpoint its data path: next-hop resolution (use,
+// if set, triggers neighbour resolution instead of NTF_USE), the CQ
+// bindings, the device's transmit path and automatic progress.
+func (e *Endpoint) start(undo *undoList, use func(int, netip.Addr) error) (err error) {
+	e.userIDs = e.av.Attr().Flags&fi.AV_USER_ID != 0
+	if e.hops, err = newHopper(e.dev.key.ifindex, e.attr.Local.Addr(), use); err != nil {
+		return fmt.Errorf("ep open: %w", err)
+	}
+	undo.add(func() { e.hops.Close() })
 	if err := e.bindCQs(); err != nil {
-		return nil, err
+		return err
 	}
-	undo = append(undo, e.unbindCQs)
+	undo.add(e.unbindCQs)
 	e.dev.tx.add(e)
-	undo = append(undo, func() { e.dev.tx.remove(e) })
-	if err := e.register(); err != nil {
-		return nil, err
-	}
-	if attr.Progress == ProgressAuto {
+	undo.add(func() { e.dev.tx.remove(e) })
+	if e.attr.Progress == ProgressAuto {
 		e.stop, e.done = make(chan struct{}), make(chan struct{})
 		go e.autoProgress()
+		undo.add(func() { close(e.stop); <-e.done })
 	}
-	return e, nil
+	return nil
 }
 
 func ipHeaderLen(a netip.Addr) int {
@@ -295,6 +339,7 @@ func (e *Endpoint) Stats() (dataplane.Stats, error) {
 // Close closes the endpoint: the endpoint-table entry goes first (no more
 // redirects), then the XSKMAP slots, then the sockets, then the bindings.
 // Posted receives are dropped without completions, as fi_close(3) allows.
+// An adopted endpoint asks the agent to do the first two.
 func (e *Endpoint) Close() error {
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
@@ -305,14 +350,16 @@ func (e *Endpoint) Close() error {
 		close(e.stop)
 		<-e.done
 	}
-	errs := []error{}
-	unlock := e.dp.Lock()
-	if err := e.dp.EP.Delete(e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		errs = append(errs, fmt.Errorf("endpoint table: %w", err))
+	var errs []error
+	if e.registered {
+		errs = append(errs, e.deregister())
 	}
-	e.clearSlots(e.xskBase, uint32(len(e.rx)*e.queues))
-	unlock()
-	e.dev.tx.remove(e)
+	if e.release != nil {
+		errs = append(errs, e.release())
+	}
+	if e.txcq != nil {
+		e.dev.tx.remove(e)
+	}
 	// Wait out concurrent progress before the rings go away; frames the
 	// endpoint still holds go back to their queues.
 	for _, rc := range e.rx {
@@ -327,7 +374,10 @@ func (e *Endpoint) Close() error {
 		rc.mu.Unlock()
 	}
 	e.unbindCQs()
-	errs = append(errs, e.hops.Close(), releaseDevice(e.dev))
+	if e.hops != nil {
+		errs = append(errs, e.hops.Close())
+	}
+	errs = append(errs, releaseDevice(e.dev))
 	if e.attr.AuthKey != 0 {
 		e.av.ReleaseAuthKey(e.attr.AuthKey)
 	}
@@ -336,4 +386,16 @@ func (e *Endpoint) Close() error {
 		return fmt.Errorf("ep close: %w", err)
 	}
 	return nil
+}
+
+// deregister removes the endpoint from the XDP program's tables.
+func (e *Endpoint) deregister() error {
+	unlock := e.dp.Lock()
+	defer unlock()
+	var err error
+	if derr := e.dp.EP.Delete(e.key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+		err = fmt.Errorf("endpoint table: %w", derr)
+	}
+	e.clearSlots(e.xskBase, uint32(len(e.rx)*e.queues))
+	return err
 }

@@ -16,9 +16,9 @@ type hopper interface {
 
 // newHopper creates the endpoint's resolver in the calling thread's
 // network namespace, bound to its interface and, unless it is a wildcard,
-// its address.
-func newHopper(ifindex int, src netip.Addr) (hopper, error) {
-	o := neigh.Options{Ifindex: ifindex}
+// its address. use, if set, replaces NTF_USE (see neigh.Options.Use).
+func newHopper(ifindex int, src netip.Addr, use func(int, netip.Addr) error) (hopper, error) {
+	o := neigh.Options{Ifindex: ifindex, Use: use}
 	if !src.IsUnspecified() {
 		o.SrcIP = src
 	}

@@ -1,0 +1,215 @@
+package ep
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
+)
+
+// Prepared is an endpoint a privileged process (the agent) made for an
+// application in another process: its UMEM (a memfd), sockets and XDP
+// registration exist, and its data path is the application's (Adopt).
+type Prepared struct {
+	e    *Endpoint
+	once sync.Once
+	err  error
+}
+
+// Prepare makes an endpoint's kernel objects for another process: a device
+// of its own (a device queue belongs to one UMEM, so the interface's queues
+// are the application's while it runs), the receive sockets, the XSKMAP
+// slots and the endpoint-table entry. attr's CQs and Progress are ignored;
+// its AV stays bound until Close. Call it from a thread in the interface's
+// network namespace.
+func Prepare(dp *loader.Dataplane, attr Attr) (_ *Prepared, err error) {
+	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress = nil, nil, nil, ProgressManual
+	if err := attr.validateKernel(); err != nil {
+		return nil, err
+	}
+	e, undo, err := setup(dp, attr, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.register(); err != nil {
+		undo.run()
+		return nil, err
+	}
+	e.registered = true
+	return &Prepared{e: e}, nil
+}
+
+// HandoverInfo describes a prepared endpoint to the application, next to
+// its file descriptors (see Prepared.Handover). Plain data, for the agent's
+// protocol.
+type HandoverInfo struct {
+	ID         uint32                 `json:"id"`
+	Ifindex    int                    `json:"ifindex"`
+	Queues     int                    `json:"queues"`
+	RxContexts int                    `json:"rx_contexts"`
+	MTU        int                    `json:"mtu"`
+	Frames     int                    `json:"frames"`
+	AuthKey    uint32                 `json:"auth_key,omitempty"`
+	Anchors    []dataplane.SocketInfo `json:"anchors"` // per queue; the first transmits
+	Sockets    []dataplane.SocketInfo `json:"sockets"` // per context, per queue
+}
+
+// Handover returns the description and the descriptors to send, in this
+// order: the UMEM's memfd, the anchors, then the sockets. The descriptors
+// stay the Prepared's (send them with SCM_RIGHTS, which duplicates them).
+func (p *Prepared) Handover() (HandoverInfo, []int) {
+	e := p.e
+	info := HandoverInfo{ID: e.id, Ifindex: e.dev.key.ifindex, Queues: e.queues, RxContexts: len(e.rx),
+		MTU: e.maxMsg + ipHeaderLen(e.attr.Local.Addr()) + 8 + 32, Frames: e.umem.NumFrames(), AuthKey: e.authKey}
+	fds := []int{e.umem.Memfd()}
+	for _, s := range e.dev.anchors {
+		info.Anchors = append(info.Anchors, s.Info())
+		fds = append(fds, s.FD())
+	}
+	for _, c := range e.rx {
+		for _, s := range c.socks {
+			info.Sockets = append(info.Sockets, s.Info())
+			fds = append(fds, s.FD())
+		}
+	}
+	return info, fds
+}
+
+// ID is the endpoint's id in the XDP endpoint table.
+func (p *Prepared) ID() uint32 { return p.e.id }
+
+// Stats returns the sockets' kernel statistics (readable while the
+// application runs the data path).
+func (p *Prepared) Stats() (dataplane.Stats, error) { return p.e.Stats() }
+
+// Close removes the endpoint from the XDP tables and closes the agent's
+// descriptors; the application's copies keep the kernel sockets alive until
+// it closes them, but no frame reaches them any more. Idempotent.
+func (p *Prepared) Close() error {
+	p.once.Do(func() {
+		e := p.e
+		e.closed.Store(true)
+		p.err = e.deregister()
+		e.closeSockets()
+		p.err = errors.Join(p.err, releaseDevice(e.dev))
+		if e.attr.AuthKey != 0 {
+			e.av.ReleaseAuthKey(e.attr.AuthKey)
+		}
+		e.av.UnbindEndpoint()
+	})
+	return p.err
+}
+
+// AdoptAttr is what an application gives Adopt besides the handover.
+type AdoptAttr struct {
+	// Attr as for Open: AV (a read-only view of the agent's named AV is
+	// enough), CQs, Caps, Local, OpFlags, Progress, MaxPosted,
+	// MinMultiRecv, Logger. Sizes, queues and bind mode come from the
+	// handover.
+	Attr
+	// NeighUse triggers neighbour resolution for the application (which
+	// may not send NTF_USE itself): the agent's.
+	NeighUse func(ifindex int, ip netip.Addr) error
+	// Release tells the agent the endpoint is closed.
+	Release func() error
+}
+
+// Adopt runs the data path of an endpoint a privileged process prepared:
+// it maps the UMEM (fds[0]), adopts the anchor and receive sockets (the
+// rest of fds, in Handover's order), fills the fill rings and binds the
+// CQs. It needs no capability. Adopt owns fds: the endpoint closes them,
+// and so does a failed Adopt.
+func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
+	if err := a.Attr.validate(); err != nil {
+		return nil, err
+	}
+	if want := 1 + len(info.Anchors) + len(info.Sockets); len(fds) != want || info.Queues != len(info.Anchors) ||
+		len(info.Sockets) != info.Queues*info.RxContexts || info.Queues < 1 {
+		return nil, fmt.Errorf("ep adopt: %d descriptors for %d anchors and %d sockets: %w", len(fds), len(info.Anchors), len(info.Sockets), fi.EINVAL)
+	}
+	attr := a.Attr
+	attr.RxContexts, attr.Queues, attr.Frames = info.RxContexts, info.Queues, info.Frames
+	attr.defaults()
+	if len(attr.RxCQs) != info.RxContexts {
+		return nil, fmt.Errorf("ep adopt: %d receive CQs for %d contexts: %w", len(attr.RxCQs), info.RxContexts, fi.EINVAL)
+	}
+	e := &Endpoint{av: attr.AV, attr: attr, queues: info.Queues, id: info.ID, authKey: info.AuthKey, release: a.Release}
+	e.setMaxMsg(info.MTU)
+	var undo undoList
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	if err := e.av.BindEndpoint(); err != nil {
+		return nil, fmt.Errorf("ep adopt: %w", err)
+	}
+	undo.add(e.av.UnbindEndpoint)
+	// Descriptors a Socket or the UMEM took over close with them; a failure
+	// closes the others.
+	owned := make([]bool, len(fds))
+	defer func() {
+		if err != nil {
+			for i, fd := range fds {
+				if !owned[i] {
+					unix.Close(fd)
+				}
+			}
+		}
+	}()
+	if e.dev, err = adoptDevice(info, fds, owned); err != nil {
+		return nil, fmt.Errorf("ep adopt: %w", err)
+	}
+	e.umem = e.dev.umem
+	undo.add(func() { releaseDevice(e.dev) })
+	for c := range info.RxContexts {
+		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64)}
+		e.rx = append(e.rx, rc)
+		for q := range e.queues {
+			i := c*e.queues + q
+			si := info.Sockets[i]
+			s, err := dataplane.AdoptSocket(fds[1+len(info.Anchors)+i], si.Ifindex, si.Queue, e.umem, si.Socket)
+			if err != nil {
+				return nil, fmt.Errorf("ep adopt: socket for context %d queue %d: %w", c, q, err)
+			}
+			owned[1+len(info.Anchors)+i] = true
+			rc.socks[q] = s
+		}
+	}
+	undo.add(e.closeSockets)
+	if err := e.start(&undo, a.NeighUse); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// adoptDevice maps the UMEM and adopts the anchors, then fills the fill
+// rings (the preparing process left them empty for the data path's owner).
+func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err error) {
+	if len(info.Anchors) == 0 {
+		return nil, fmt.Errorf("no anchor sockets: %w", fi.EINVAL)
+	}
+	ucfg := info.Anchors[0].UMEM
+	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex}, queues: info.Queues, fillMu: make([]sync.Mutex, info.Queues)}
+	if d.umem, err = dataplane.AttachUMEM(fds[0], ucfg); err != nil {
+		return nil, err
+	}
+	owned[0] = true
+	for q, si := range info.Anchors {
+		s, err := dataplane.AdoptSocket(fds[1+q], si.Ifindex, si.Queue, d.umem, si.Socket)
+		if err != nil {
+			d.close()
+			return nil, fmt.Errorf("anchor socket of queue %d: %w", q, err)
+		}
+		owned[1+q] = true
+		d.anchors = append(d.anchors, s)
+	}
+	d.prime(info.Frames)
+	d.tx.init(d, info.Frames)
+	return d, nil
+}
