@@ -108,6 +108,13 @@ func (s *Socket) Info() SocketInfo {
 // getsockname): they name the queue in umem's ring table and in errors.
 // Zero-copy mode and busy polling are read from the socket.
 //
+// A socket is adopted unused, as Open left it: every frame of an attached
+// UMEM starts free, so rings that already carried frames (the creator
+// filled or transmitted, or an earlier adopter ran and died) make
+// AdoptSocket fail with EBUSY: their frames cannot be accounted for (in
+// zero-copy mode the driver holds some that no ring shows). Hand such a
+// queue over again with new sockets, and a new UMEM.
+//
 // On success the Socket owns fd (set close-on-exec; Close unmaps the rings
 // and closes it); on failure fd stays the caller's. The socket lives on in
 // the kernel while its creator holds its own descriptor, and the creator
@@ -205,6 +212,18 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 		if q.comp, err = mapAdopted[uint64](fd, "completion", unix.XDP_UMEM_PGOFF_COMPLETION_RING, u.cfg.CompSize, off.Cr); err != nil {
 			return nil, err
 		}
+	}
+	// Every frame of an attached UMEM starts free, which is true only if
+	// nobody put frames into these rings before: a TX ring or a fresh
+	// fill or completion ring that moved holds frames of the creator or
+	// of an earlier adopter, which this process would hand out again.
+	// (RX entries of a queue this UMEM already drives are its own.)
+	if s.tx.mem != nil && s.tx.cachedProd != 0 {
+		return nil, fmt.Errorf("tx ring used before (%d descriptors produced): its frames are not this process's to reuse: %w", s.tx.cachedProd, fi.EBUSY)
+	}
+	if newQueue && (q.fill.cachedProd != 0 || q.comp.cachedProd != 0) {
+		return nil, fmt.Errorf("fill and completion rings used before (%d and %d entries produced): their frames are not this process's to reuse: %w",
+			q.fill.cachedProd, q.comp.cachedProd, fi.EBUSY)
 	}
 	var opts struct{ flags uint32 }
 	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {

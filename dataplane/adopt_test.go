@@ -403,7 +403,139 @@ func TestAdoptErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer as.Close()
+
+	// Rings that carried frames before the handover are refused: a fill
+	// ring the creator filled (on another device queue, with rings of its
+	// own), and a TX ring it transmitted on (a second socket of the queue
+	// adopted above, whose fill ring is already the adopter's).
+	filled := openIn(t, bed.A, 0, u, dataplane.SocketConfig{RxSize: 64, TxSize: 64})
+	filled.FillFree()
+	sent := openIn(t, bed.B, 0, u, dataplane.SocketConfig{RxSize: 64, TxSize: 64})
+	addr := make([]uint64, 1)
+	u.Alloc(addr)
+	sent.Transmit([]dataplane.Desc{{Addr: addr[0], Len: 60}})
+	for _, used := range []*dataplane.Socket{filled, sent} {
+		fd := dup(t, used.FD())
+		i := used.Info()
+		if _, err := dataplane.AdoptSocket(fd, i.Ifindex, i.Queue, a, i.Socket); !errors.Is(err, fi.EBUSY) {
+			t.Errorf("adopting used rings: %v, want EBUSY", err)
+		} else {
+			t.Log(err)
+		}
+		unix.Close(fd)
+	}
+}
+
+// TestAdoptedUMEMStaysChargedToCreator shows where RLIMIT_MEMLOCK is
+// charged: to the user whose thread registered the UMEM (lacking
+// CAP_IPC_LOCK), for as long as the kernel's UMEM lives, which is until the
+// adopter's socket closes too, not when the creator closes.
+func TestAdoptedUMEMStaysChargedToCreator(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Max < 8<<20 {
+		testutil.Skip(t, fmt.Sprintf("hard RLIMIT_MEMLOCK %d below 8 MiB", lim.Max))
+	}
+	saved := lim
+	lim.Cur = 8 << 20
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &saved); err != nil {
+			t.Error(err)
+		}
+	})
+	bed := testbed.New(t, testbed.Options{})
+	// 5 MiB each: one fits under the 8 MiB limit, two do not.
+	cfg := dataplane.UMEMConfig{NumFrames: 1280, FillSize: 64, CompSize: 64, Shared: true}
+	u1, err := dataplane.NewUMEM(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, err := openWithoutCap(t, bed.B, u1, unix.CAP_IPC_LOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := s1.Info()
+	a, err := dataplane.AttachUMEM(dup(t, u1.Memfd()), info.UMEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := dataplane.AdoptSocket(dup(t, s1.FD()), info.Ifindex, info.Queue, a, info.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := u1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Shared = false
+	u2 := newUMEM(t, cfg)
+	if s2, err := openWithoutCap(t, bed.A, u2, unix.CAP_IPC_LOCK); !errors.Is(err, fi.ENOBUFS) {
+		if err == nil {
+			s2.Close()
+		}
+		t.Fatalf("second 5 MiB UMEM while the adopter holds the first: %v, want ENOBUFS", err)
+	}
 	if err := as.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel unpins and uncharges the UMEM from a work queue.
+	start := time.Now()
+	for {
+		s2, err := openWithoutCap(t, bed.A, u2, unix.CAP_IPC_LOCK)
+		if err == nil {
+			t.Logf("charge released %v after the adopter closed", time.Since(start).Round(time.Microsecond))
+			if err := s2.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if !errors.Is(err, fi.ENOBUFS) || time.Since(start) > 2*time.Second {
+			t.Fatalf("after the adopter closed: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestOpenOnAttachedUMEM: an adopter that may create AF_XDP sockets
+// (CAP_NET_RAW) adds sockets to an attached UMEM with Open; they bind with
+// XDP_SHARED_UMEM to the adopted socket instead of registering the UMEM
+// again, and share the adopted queue's fill ring.
+func TestOpenOnAttachedUMEM(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	bed := testbed.New(t, testbed.Options{})
+	p := newRedirectProg(t)
+	u := newUMEM(t, dataplane.UMEMConfig{NumFrames: 256, FillSize: 64, CompSize: 64, Shared: true})
+	s := openIn(t, bed.B, 0, u, dataplane.SocketConfig{RxSize: 64, TxSize: 64})
+	info := s.Info()
+	a, err := dataplane.AttachUMEM(dup(t, u.Memfd()), info.UMEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	as, err := dataplane.AdoptSocket(dup(t, s.FD()), info.Ifindex, info.Queue, a, info.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { as.Close() })
+
+	same := openIn(t, bed.B, 0, a, dataplane.SocketConfig{RxSize: 64, TxSize: 64})
+	other := openIn(t, bed.A, 0, a, dataplane.SocketConfig{RxSize: 64, TxSize: 64})
+	if f1, f2, f3 := as.FillFree(), same.FillFree(), other.FillFree(); f1 != 64 || f2 != 0 || f3 != 64 {
+		t.Fatalf("FillFree adopted %d, same queue %d, other device %d; want 64, 0 (shared ring), 64", f1, f2, f3)
+	}
+	p.insert(t, same)
+	receiveLive(t, bed, p, same, 10, "opened on attached")
 }
