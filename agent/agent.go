@@ -17,6 +17,7 @@ import (
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
 )
@@ -39,6 +40,9 @@ type Config struct {
 	// DetachOnExit removes the XDP program when the agent stops; by
 	// default it stays attached and traffic keeps flowing.
 	DetachOnExit bool
+	// BindMode of client endpoints' sockets (default: zero-copy where the
+	// driver has it, else copy).
+	BindMode dataplane.BindMode
 	// Loader sizes (zero: the loader's defaults). They must match the
 	// pinned maps' when re-adopting.
 	Sizes loader.Config
@@ -205,6 +209,10 @@ func (a *Agent) listen() error {
 		}
 		if err := os.Chown(path, -1, gid); err != nil {
 			return fmt.Errorf("agent: socket group %s: %w", g, err)
+		}
+		// The group's applications read named AVs from the pins directly.
+		if err := a.dp.ShareWithGroup(gid); err != nil {
+			return fmt.Errorf("agent: %w", err)
 		}
 		mode = 0o660
 	}

@@ -88,7 +88,3 @@ func (a *Agent) serveMetrics() error {
 // MetricsAddr is the address metrics are served on (the real port when
 // Config.MetricsAddr asked for port 0).
 func (a *Agent) MetricsAddr() string { return a.metricsAddr }
-
-// collectEndpoints exports per-endpoint socket statistics (filled in by
-// the endpoint support).
-func (a *Agent) collectEndpoints(ch chan<- prometheus.Metric) {}

@@ -177,12 +177,24 @@ func (a *Agent) dispatch(cn *conn, req *client.Request) (any, []int, error) {
 			return nil, nil, err
 		}
 		return nil, nil, a.avDestroy(args.Name)
+	case client.OpEPOpen:
+		var args client.EPOpenArgs
+		if err := decode(&args); err != nil {
+			return nil, nil, err
+		}
+		return a.epOpen(cn, args)
+	case client.OpEPClose:
+		var args client.EPCloseArgs
+		if err := decode(&args); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, a.epClose(cn, args.ID)
+	case client.OpNeighUse:
+		var args client.NeighUseArgs
+		if err := decode(&args); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, a.neighUse(args)
 	}
 	return nil, nil, fmt.Errorf("unknown operation %q: %w", req.Op, fi.ENOSYS)
 }
-
-// clientEP is an endpoint the agent made for a client (ep.open).
-type clientEP struct{}
-
-// releaseClient frees what a connection owned.
-func (a *Agent) releaseClient(cn *conn) {}

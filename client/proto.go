@@ -258,3 +258,32 @@ func closeAll(fds []int) {
 		unix.Close(fd)
 	}
 }
+
+// Endpoint operations.
+const (
+	OpNeighUse = "neigh.use"
+)
+
+// EPOpenArgs asks the agent to prepare an endpoint for the caller.
+type EPOpenArgs struct {
+	Iface       string   `json:"iface"`
+	Local       string   `json:"local"`
+	AV          string   `json:"av"`
+	Caps        fi.Flags `json:"caps,omitempty"`
+	RxContexts  int      `json:"rx_contexts,omitempty"`
+	Queues      int      `json:"queues,omitempty"`
+	Frames      int      `json:"frames,omitempty"`
+	RingSize    int      `json:"ring_size,omitempty"`
+	DropUnknown bool     `json:"drop_unknown,omitempty"`
+}
+
+// EPCloseArgs names an endpoint the caller opened.
+type EPCloseArgs struct {
+	ID uint32 `json:"id"`
+}
+
+// NeighUseArgs asks the agent to make the kernel resolve a next hop.
+type NeighUseArgs struct {
+	Ifindex int        `json:"ifindex"`
+	IP      netip.Addr `json:"ip"`
+}

@@ -1,0 +1,61 @@
+package client
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// EPOpenResult is the agent's answer to ep.open, next to the descriptors.
+type EPOpenResult struct {
+	Handover ep.HandoverInfo `json:"handover"`
+}
+
+// OpenEndpoint has the agent prepare an endpoint on req.Iface (its
+// sockets, UMEM and XDP registration) and runs its data path in this
+// process, which needs no capability. attr supplies what Adopt needs: the
+// AV (OpenAV gives a read-only view of req.AV), the CQs and the rest; its
+// Local must equal req.Local. The endpoint ends when closed or when the
+// connection does.
+func (c *Client) OpenEndpoint(req EPOpenArgs, attr ep.Attr) (*ep.Endpoint, error) {
+	var r EPOpenResult
+	fds, err := c.Call(OpEPOpen, req, &r)
+	if err != nil {
+		return nil, err
+	}
+	id := r.Handover.ID
+	e, err := ep.Adopt(r.Handover, fds, ep.AdoptAttr{
+		Attr: attr,
+		NeighUse: func(ifindex int, ip netip.Addr) error {
+			return c.call(OpNeighUse, NeighUseArgs{Ifindex: ifindex, IP: ip}, nil)
+		},
+		Release: func() error { return c.call(OpEPClose, EPCloseArgs{ID: id}, nil) },
+	})
+	if err != nil {
+		c.call(OpEPClose, EPCloseArgs{ID: id}, nil)
+		return nil, fmt.Errorf("ep open: %w", err)
+	}
+	return e, nil
+}
+
+// OpenAV opens a read-only view of the node's named AV from the agent's
+// pinned maps (pinRoot: the agent's --pin-root), for endpoints to resolve
+// destinations and for lookups without a round trip to the agent. Writes go
+// through the agent (AVInsert, AVRemove, ...). Close the Dataplane after
+// the AV.
+func OpenAV(pinRoot, name string) (*loader.Dataplane, *av.AV, error) {
+	dp, err := loader.OpenPinned(pinRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := av.Open(dp, &av.Attr{Name: name, Flags: fi.READ})
+	if err != nil {
+		dp.Close()
+		return nil, nil, err
+	}
+	return dp, a, nil
+}
