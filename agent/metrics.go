@@ -42,19 +42,30 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		a.log.Warn("metrics", "err", err)
 		return
 	}
-	// The counters are the dataplane's, shared by every interface the
-	// program is attached to: labelled with them all.
-	ifaces := ""
-	for i, att := range s.Attachments {
-		if i > 0 {
-			ifaces += ","
+	// One series per attached interface; frames of other ifindexes (the
+	// program attached elsewhere, or ifindexes past the counter table)
+	// are "other".
+	rows, err := a.dp.CountersByIfindex()
+	if err != nil {
+		a.log.Warn("metrics", "err", err)
+		return
+	}
+	emit := func(iface string, row [bpf.NumCounters]uint64) {
+		for i, v := range row {
+			ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(v), iface, bpf.Counter(i).String())
 		}
-		ifaces += att.Iface
 	}
-	for i := range bpf.NumCounters {
-		name := bpf.Counter(i).String()
-		ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(s.Counters[name]), ifaces, name)
+	for _, att := range s.Attachments {
+		emit(att.Iface, rows[att.Ifindex])
+		delete(rows, att.Ifindex)
 	}
+	var other [bpf.NumCounters]uint64
+	for _, row := range rows {
+		for i, v := range row {
+			other[i] += v
+		}
+	}
+	emit("other", other)
 	for _, v := range s.AVs {
 		ch <- prometheus.MustNewConstMetric(c.avEntries, prometheus.GaugeValue, float64(v.Entries), v.Name)
 	}

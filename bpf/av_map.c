@@ -30,7 +30,10 @@ struct vlan_hdr {
 	__be16 encap_proto;
 };
 
-static __always_inline int count(__u32 idx, int verdict)
+/* cbase is this frame's counter row: ingress ifindex * XDPFAB_C_MAX. */
+#define count(idx, verdict) count_at(cbase + (idx), verdict)
+
+static __always_inline int count_at(__u32 idx, int verdict)
 {
 	__u64 *c = bpf_map_lookup_elem(&xdpfab_stats, &idx);
 	if (c)
@@ -50,7 +53,11 @@ int xdpfab_rx(struct xdp_md *ctx)
 	struct udphdr *udp;
 	void *l3;
 	__u16 proto, ip_len = 0;
+	__u32 cbase = ctx->ingress_ifindex;
 
+	if (cbase >= XDPFAB_IFINDEX_SLOTS)
+		cbase = 0;
+	cbase *= XDPFAB_C_MAX;
 	count(XDPFAB_C_RX, 0);
 
 	struct ethhdr *eth = data;

@@ -74,7 +74,11 @@ const (
 	PolicyDrop      Policy = 2 // drop in the kernel, counted
 )
 
-// Counter indexes xdpfab_stats (enum xdpfab_counter).
+// IfindexSlots is the number of ifindexes with counters of their own
+// (XDPFAB_IFINDEX_SLOTS); higher ones share slot 0.
+const IfindexSlots = 1024
+
+// Counter indexes a row of xdpfab_stats (enum xdpfab_counter).
 type Counter uint32
 
 // Counters. Every frame counts in CounterRX and in exactly one other.

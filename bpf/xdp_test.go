@@ -331,4 +331,13 @@ func TestXDPQueueNotListened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Those two frames count in their ingress ifindex's row.
+	rows, err := dp.CountersByIfindex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := rows[bed.A.Ifindex]
+	if row[bpf.CounterRX] != 2 || row[bpf.CounterRedirectFail] != 1 || row[bpf.CounterTranslated] != 1 {
+		t.Errorf("ifindex %d counters %v", bed.A.Ifindex, row)
+	}
 }

@@ -25,6 +25,12 @@ enum xdpfab_counter {
 	XDPFAB_C_MAX = 7,
 };
 
+/* Counters are kept per ingress ifindex: xdpfab_stats[ifindex * XDPFAB_C_MAX
+ * + counter], a per-CPU array (lookups inlined: no cost per packet over a
+ * single set). Ifindexes at or above XDPFAB_IFINDEX_SLOTS share slot 0,
+ * which no interface uses. An ifindex is per network namespace. */
+#define XDPFAB_IFINDEX_SLOTS 1024
+
 /* What an endpoint does with a datagram whose source is not in its AV. */
 enum xdpfab_policy {
 	XDPFAB_POLICY_NOTAVAIL = 0, /* deliver with fi_addr FI_ADDR_NOTAVAIL */

@@ -57,10 +57,10 @@ struct {
 	__type(value, __u32);
 } xdpfab_xsks SEC(".maps");
 
-/* Per-CPU counters, enum xdpfab_counter. */
+/* Per-CPU counters by ingress ifindex, enum xdpfab_counter. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XDPFAB_C_MAX);
+	__uint(max_entries, XDPFAB_C_MAX * XDPFAB_IFINDEX_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
 } xdpfab_stats SEC(".maps");

@@ -206,32 +206,73 @@ func (d *Dataplane) Lock() (unlock func()) {
 	}
 }
 
-// Counters returns the program's per-CPU counters summed over CPUs.
+// Counters returns the program's counters summed over CPUs and
+// interfaces.
 func (d *Dataplane) Counters() ([bpf.NumCounters]uint64, error) {
 	var out [bpf.NumCounters]uint64
-	for i := range bpf.NumCounters {
-		var per []uint64
-		if err := d.Stats.Lookup(uint32(i), &per); err != nil {
-			return out, fmt.Errorf("read counter %s: %w", i, err)
+	err := d.eachCounter(func(ifindex int, c bpf.Counter, v uint64) { out[c] += v })
+	return out, err
+}
+
+// CountersByIfindex returns the counters of every ingress ifindex that saw
+// a frame, summed over CPUs. Key 0 holds ifindexes at or above
+// bpf.IfindexSlots. Ifindexes are per network namespace: interfaces of
+// different namespaces with one ifindex share a row.
+func (d *Dataplane) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error) {
+	out := map[int][bpf.NumCounters]uint64{}
+	err := d.eachCounter(func(ifindex int, c bpf.Counter, v uint64) {
+		if v == 0 {
+			return
 		}
-		for _, v := range per {
-			out[i] += v
+		row := out[ifindex]
+		row[c] += v
+		out[ifindex] = row
+	})
+	return out, err
+}
+
+// eachCounter visits every (ifindex, counter) summed over CPUs, reading
+// the per-CPU array in batches.
+func (d *Dataplane) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	const chunk = 1024
+	keys := make([]uint32, chunk)
+	vals := make([]uint64, chunk*ncpu)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := d.Stats.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			var sum uint64
+			for _, v := range vals[i*ncpu : (i+1)*ncpu] {
+				sum += v
+			}
+			fn(int(keys[i])/int(bpf.NumCounters), bpf.Counter(keys[i]%uint32(bpf.NumCounters)), sum)
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read counters: %w", err)
 		}
 	}
-	return out, nil
 }
 
 // ResetCounters zeroes every counter (tests and `xdpfab stats --reset`).
 func (d *Dataplane) ResetCounters() error {
-	n, err := ebpf.PossibleCPU()
+	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err
 	}
-	zero := make([]uint64, n)
-	for i := range bpf.NumCounters {
-		if err := d.Stats.Put(uint32(i), zero); err != nil {
-			return fmt.Errorf("reset counter %s: %w", i, err)
-		}
+	n := int(d.Stats.MaxEntries())
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := d.Stats.BatchUpdate(keys, make([]uint64, n*ncpu), nil); err != nil {
+		return fmt.Errorf("reset counters: %w", err)
 	}
 	return nil
 }
