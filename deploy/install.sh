@@ -49,7 +49,9 @@ if [ -z "$binary" ]; then
   go build -o "$tmp/xdpfab" ./cmd/xdpfab
   binary=$tmp/xdpfab
 fi
-install -m 0755 "$binary" /usr/local/bin/xdpfab
+if [ ! /usr/local/bin/xdpfab -ef "$binary" ]; then
+  install -m 0755 "$binary" /usr/local/bin/xdpfab
+fi
 
 install -D -m 0644 deploy/xdpfab.sysusers /etc/sysusers.d/xdpfab.conf
 systemd-sysusers /etc/sysusers.d/xdpfab.conf

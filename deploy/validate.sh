@@ -74,9 +74,11 @@ def=deploy/xdpfab.default
 if grep -nvE '^(#.*|[[:space:]]*|[A-Za-z_][A-Za-z0-9_]*=.*)$' "$def" >&2; then
   bad "$def: lines above are neither comments nor KEY=value"
 fi
-while read -r v; do
-  grep -q "^$v=" "$def" || bad "$def: does not define $v, which $unit uses"
-done < <(grep -v '^#' "$unit" | grep -oE '[$][{]?[A-Za-z_][A-Za-z0-9_]*' | tr -d '{}$' | sort -u)
+for u in deploy/*.service; do
+  while read -r v; do
+    grep -q "^$v=" "$def" || bad "$def: does not define $v, which $u uses"
+  done < <(grep -v '^#' "$u" | grep -oE '[$][{]?[A-Za-z_][A-Za-z0-9_]*' | tr -d '{}$' | sort -u)
+done
 
 # Shell
 for s in deploy/*.sh deploy/vagrant/*.sh; do
