@@ -43,6 +43,7 @@ func TestAppChild(t *testing.T) {
 	out := json.NewEncoder(os.Stdout)
 	defer func() { out.Encode(rep) }()
 	fail := func(err error) { rep.Err = err.Error() }
+	client.ReportInterval = 50 * time.Millisecond
 	c, err := client.Dial(os.Getenv("XDPFAB_SOCKET"))
 	if err != nil {
 		fail(err)
@@ -222,9 +223,22 @@ func TestUnprivilegedApp(t *testing.T) {
 	if eps := n.endpoints(); eps != 1 {
 		t.Errorf("%d endpoints while the application runs, want 1", eps)
 	}
+	// Its CQs and sockets show in the agent's metrics.
+	var m map[string]float64
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if m = n.scrape(); hasPrefix(m, `xdpfab_cq_depth{cq="rx"`) && hasPrefix(m, `xdpfab_endpoint_socket_events_total{`) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !hasPrefix(m, `xdpfab_cq_depth{cq="rx"`) || !hasPrefix(m, `xdpfab_cq_lost_total{cq="tx"`) ||
+		!hasPrefix(m, `xdpfab_endpoint_socket_events_total{endpoint=`) {
+		t.Errorf("application endpoint metrics missing")
+	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for n.endpoints() != 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -260,4 +274,13 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func hasPrefix(m map[string]float64, p string) bool {
+	for k := range m {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
 }

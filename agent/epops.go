@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
@@ -14,9 +15,10 @@ import (
 
 // clientEP is an endpoint the agent prepared for a client.
 type clientEP struct {
-	p     *ep.Prepared
-	local string
-	pid   int32
+	p      *ep.Prepared
+	local  string
+	pid    int32
+	report *client.EPReportArgs // the application's latest CQ statistics
 }
 
 // epOpen prepares an endpoint for the client and hands its descriptors
@@ -63,6 +65,19 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 	return fmt.Errorf("ep close: endpoint %d is not this connection's: %w", id, fi.ENOENT)
 }
 
+// epReport records an application's CQ statistics.
+func (a *Agent) epReport(cn *conn, r client.EPReportArgs) error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for _, e := range cn.eps {
+		if e.p.ID() == r.ID {
+			e.report = &r
+			return nil
+		}
+	}
+	return fmt.Errorf("ep report: endpoint %d is not this connection's: %w", r.ID, fi.ENOENT)
+}
+
 // releaseClient frees what a connection owned: its process closed it or
 // died.
 func (a *Agent) releaseClient(cn *conn) {
@@ -94,6 +109,15 @@ func (a *Agent) neighUse(args client.NeighUseArgs) error {
 	return nil
 }
 
+var (
+	cqDepthDesc = prometheus.NewDesc("xdpfab_cq_depth", "Entries queued in an application endpoint's CQ (as last reported).",
+		[]string{"endpoint", "local", "cq"}, nil)
+	cqLostDesc = prometheus.NewDesc("xdpfab_cq_lost_total", "Completions an application endpoint's CQ lost to overrun (as last reported).",
+		[]string{"endpoint", "local", "cq"}, nil)
+	cqOverrunDesc = prometheus.NewDesc("xdpfab_cq_overrun", "1 when an application endpoint's CQ is in the fatal overrun state.",
+		[]string{"endpoint", "local", "cq"}, nil)
+)
+
 var sockStatsDesc = prometheus.NewDesc("xdpfab_endpoint_socket_events_total",
 	"AF_XDP socket statistics (XDP_STATISTICS) of client endpoints, summed over their sockets.",
 	[]string{"endpoint", "local", "event"}, nil)
@@ -116,6 +140,20 @@ func (a *Agent) collectEndpoints(ch chan<- prometheus.Metric) {
 			id := fmt.Sprint(e.p.ID())
 			for _, kv := range statPairs(st) {
 				ch <- prometheus.MustNewConstMetric(sockStatsDesc, prometheus.CounterValue, float64(kv.v), id, e.local, kv.k)
+			}
+			if r := e.report; r != nil {
+				for _, q := range []struct {
+					name string
+					s    cq.Stats
+				}{{"tx", r.TX}, {"rx", r.RX}} {
+					over := 0.0
+					if q.s.Overrun {
+						over = 1
+					}
+					ch <- prometheus.MustNewConstMetric(cqDepthDesc, prometheus.GaugeValue, float64(q.s.Depth), id, e.local, q.name)
+					ch <- prometheus.MustNewConstMetric(cqLostDesc, prometheus.CounterValue, float64(q.s.Lost), id, e.local, q.name)
+					ch <- prometheus.MustNewConstMetric(cqOverrunDesc, prometheus.GaugeValue, over, id, e.local, q.name)
+				}
 			}
 		}
 		cn.mu.Unlock()

@@ -189,6 +189,12 @@ func (a *Agent) dispatch(cn *conn, req *client.Request) (any, []int, error) {
 			return nil, nil, err
 		}
 		return nil, nil, a.epClose(cn, args.ID)
+	case client.OpEPReport:
+		var args client.EPReportArgs
+		if err := decode(&args); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, a.epReport(cn, args)
 	case client.OpNeighUse:
 		var args client.NeighUseArgs
 		if err := decode(&args); err != nil {

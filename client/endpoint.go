@@ -3,8 +3,10 @@ package client
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
@@ -39,7 +41,33 @@ func (c *Client) OpenEndpoint(req EPOpenArgs, attr ep.Attr) (*ep.Endpoint, error
 		c.call(OpEPClose, EPCloseArgs{ID: id}, nil)
 		return nil, fmt.Errorf("ep open: %w", err)
 	}
+	go c.report(e, id, attr.TxCQ, firstRx(attr))
 	return e, nil
+}
+
+// ReportInterval is how often an application's endpoint reports its CQ
+// statistics to the agent (for the agent's metrics).
+var ReportInterval = 2 * time.Second
+
+// report sends the CQs' statistics to the agent until the endpoint closes.
+func (c *Client) report(e *ep.Endpoint, id uint32, tx, rx *cq.CQ) {
+	t := time.NewTicker(ReportInterval)
+	defer t.Stop()
+	for range t.C {
+		if e.Closed() {
+			return
+		}
+		if err := c.call(OpEPReport, EPReportArgs{ID: id, TX: tx.Stats(), RX: rx.Stats()}, nil); err != nil {
+			return // the connection or the endpoint is gone
+		}
+	}
+}
+
+func firstRx(a ep.Attr) *cq.CQ {
+	if len(a.RxCQs) > 0 {
+		return a.RxCQs[0]
+	}
+	return a.RxCQ
 }
 
 // OpenAV opens a read-only view of the node's named AV from the agent's

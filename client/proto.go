@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/fi"
 	"golang.org/x/sys/unix"
 )
@@ -286,4 +287,15 @@ type EPCloseArgs struct {
 type NeighUseArgs struct {
 	Ifindex int        `json:"ifindex"`
 	IP      netip.Addr `json:"ip"`
+}
+
+// OpEPReport carries an application endpoint's CQ statistics to the agent
+// for its metrics.
+const OpEPReport = "ep.report"
+
+// EPReportArgs is one report.
+type EPReportArgs struct {
+	ID uint32   `json:"id"`
+	TX cq.Stats `json:"tx"`
+	RX cq.Stats `json:"rx"`
 }

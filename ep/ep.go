@@ -309,6 +309,9 @@ func (e *Endpoint) clearSlots(base, n uint32) {
 	}
 }
 
+// Closed reports whether Close has been called.
+func (e *Endpoint) Closed() bool { return e.closed.Load() }
+
 // ID is the endpoint's id in the XDP program's endpoint table (the ep_id
 // of the metadata in front of its frames).
 func (e *Endpoint) ID() uint32 { return e.id }
