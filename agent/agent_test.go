@@ -404,7 +404,7 @@ func TestCLIErrors(t *testing.T) {
 	}
 	// Help for every command, complete and exiting 0.
 	for _, c := range []string{"agent", "status", "stats", "detach", "demo", "av create", "av insert", "av insertsvc",
-		"av insertsym", "av remove", "av lookup", "av list", "av straddr", "av set-user-id", "av destroy"} {
+		"av insertsym", "av remove", "av lookup", "av list", "av straddr", "av set-user-id", "av destroy", "pingpong server", "pingpong client"} {
 		args := append(strings.Fields(c), "-h")
 		out, err := exec.Command(xdpfabBin, args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "usage: xdpfab "+c) {
