@@ -37,6 +37,60 @@
 // devices get a fill and completion ring of their own over the same frames.
 // A device queue can belong to only one UMEM at a time.
 //
+// # Handing sockets to an unprivileged process
+//
+// A privileged agent can create, configure and bind the sockets and
+// register the UMEM, and let an application without capabilities run the
+// data path. The agent makes a shared UMEM (its frames in a memfd), opens
+// the sockets, which registers the UMEM (charging the agent's
+// RLIMIT_MEMLOCK), puts them in the XSKMAP, and sends the UMEM's Memfd and
+// each socket's FD with SCM_RIGHTS, with each socket's Info, which is plain
+// data for its protocol:
+//
+//	umem, _ := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 4096, Shared: true})
+//	s, _ := dataplane.Open(ifindex, queue, umem, dataplane.SocketConfig{})
+//	_ = xsks.Update(uint32(queue), uint32(s.FD()), ebpf.UpdateAny)
+//	info := s.Info() // with umem.Memfd() and s.FD() to the application
+//
+// The application maps the same frames, adopts the sockets, and does what
+// Open's caller would:
+//
+//	umem, _ := dataplane.AttachUMEM(memfd, info.UMEM)
+//	s, _ := dataplane.AdoptSocket(fd, info.Ifindex, info.Queue, umem, info.Socket)
+//	s.FillFree() // every frame is the application's
+//	// Receive, Transmit, Kick, CompleteFree, Poll, Stats; at the end:
+//	s.Close()
+//	umem.Close()
+//
+// The rules that make this safe:
+//
+//   - The agent hands sockets over unused: it fills, receives and transmits
+//     nothing on them (Open does none of that), so every frame is free and
+//     the application's from the start. AdoptSocket refuses rings that
+//     already carried frames (EBUSY); after an application dies, hand
+//     over new sockets on a new UMEM.
+//   - One process drives a device queue's fill and completion rings: give
+//     all sockets of one UMEM on one queue to the same application. It may
+//     adopt them in any order: the first maps the queue's fill and
+//     completion rings (the kernel maps them through any socket bound to
+//     the queue), later ones share them, as with Open.
+//   - The agent keeps its descriptors and mappings, for the XSKMAP and for
+//     cleanup, and does not touch the data path of its copies. Either side
+//     may close first: the kernel socket, the UMEM's registration and its
+//     memlock charge last until the last descriptor in either process
+//     closes (and the pinned pages keep the memory valid for the other
+//     side after one side unmaps it).
+//
+// Nothing the application does needs a capability or locked memory (the
+// tests run it as uid 65534 with no capabilities and RLIMIT_MEMLOCK 0):
+// mapping the memfd and the four rings, getsockopt of XDP_MMAP_OFFSETS,
+// XDP_OPTIONS, XDP_STATISTICS and SO_BUSY_POLL, the recvfrom and sendto
+// wakeups, and poll. What it cannot do, SocketInfo carries instead: ring
+// sizes cannot be read back (getsockopt XDP_RX_RING and the like is
+// EOPNOTSUPP; after bind, setting them is EBUSY), need_wakeup is not
+// reported, and SIOCGSKNS, which names a socket's network namespace, needs
+// CAP_NET_ADMIN. Creating an AF_XDP socket needs CAP_NET_RAW.
+//
 // # Costs
 //
 // Ring indices are atomics on the mmap'd rings (load-acquire and
@@ -62,7 +116,15 @@
 //     ring, and the UMEM's memory goes when its last user closes.
 //   - A UMEM is charged to RLIMIT_MEMLOCK unless the process has
 //     CAP_IPC_LOCK; registration then fails with ENOBUFS, reported as
-//     "UMEM larger than RLIMIT_MEMLOCK".
+//     "UMEM larger than RLIMIT_MEMLOCK". The charge goes to the user whose
+//     thread registered it and stays until the kernel releases the UMEM,
+//     some 10 ms after its last socket, in any process, closes. Mapping a
+//     shared UMEM's memfd elsewhere is charged nothing; XDP_UMEM_REG pins
+//     the memfd's shmem pages as it pins anonymous memory.
+//   - Any socket bound to a device queue's buffer pool maps the pool's
+//     fill and completion rings, not only the one that created them. A
+//     ring mapping longer than the ring fails with EINVAL; a shorter one
+//     succeeds, so a ring's size cannot be probed to the entry.
 //   - In copy mode a packet lands PacketHeadroom (256) bytes into its frame
 //     (plus UMEMConfig.Headroom); native and generic XDP both keep metadata.
 package dataplane

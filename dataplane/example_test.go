@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"log"
 	"time"
@@ -100,4 +101,65 @@ func ExampleOpen_sharedUMEM() {
 	}
 	defer second.Close()
 	first.FillFree() // feeds both: the fill ring is the queue's
+}
+
+// The agent's side of a handover: a shared UMEM, a socket it registers and
+// binds, and what it sends to the application.
+func ExampleSocket_Info() {
+	const ifindex, queue = 2, 0
+	var xsks *ebpf.Map // the XDP program's XSKMAP
+
+	umem, err := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 4096, Shared: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := dataplane.Open(ifindex, queue, umem, dataplane.SocketConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := xsks.Update(uint32(queue), uint32(s.FD()), ebpf.UpdateAny); err != nil {
+		log.Fatal(err)
+	}
+	msg, err := json.Marshal(s.Info())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fds := []int{umem.Memfd(), s.FD()} // for SCM_RIGHTS, with msg
+	fmt.Println(len(msg), fds)
+	// Keep s and umem open, unused, until the application is done; then
+	// delete the XSKMAP entry and close s and umem.
+}
+
+// The application's side: map the UMEM, adopt the socket, and run the data
+// path, without any capability.
+func ExampleAdoptSocket() {
+	var memfd, fd int // received with SCM_RIGHTS
+	var msg []byte    // the agent's JSON of Socket.Info
+	var info dataplane.SocketInfo
+	if err := json.Unmarshal(msg, &info); err != nil {
+		log.Fatal(err)
+	}
+	umem, err := dataplane.AttachUMEM(memfd, info.UMEM)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer umem.Close()
+	s, err := dataplane.AdoptSocket(fd, info.Ifindex, info.Queue, umem, info.Socket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	s.FillFree() // every frame belongs to the application
+	descs := make([]dataplane.Desc, 64)
+	for {
+		if _, err := s.Poll(time.Second); err != nil {
+			log.Fatal(err)
+		}
+		n := s.Receive(descs)
+		for _, d := range descs[:n] {
+			fmt.Println(len(umem.Packet(d)))
+			umem.Free(d.Addr)
+		}
+		s.FillFree()
+	}
 }
