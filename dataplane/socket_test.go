@@ -119,6 +119,7 @@ func TestVethReceive(t *testing.T) {
 			bed.B.AttachXDP(t, p.prog)
 
 			const port, n = 4791, 100
+			waitForPath(t, bed, s, 4790)
 			c, err := bed.A.Dial("udp4", netip.AddrPortFrom(bed.B.IPv4, port).String())
 			if err != nil {
 				t.Fatal(err)
@@ -140,6 +141,33 @@ func TestVethReceive(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// waitForPath sends probe datagrams from A to B's probePort until one
+// reaches s. Right after an XDP program is attached in generic mode, the
+// sending veth drops the first packets (its TX dropped counter counts them,
+// and no backlog or RX counter does) for some milliseconds, more under
+// load; a burst sent at once can vanish whole.
+func waitForPath(t *testing.T, bed *testbed.Bed, s *dataplane.Socket, probePort uint16) {
+	t.Helper()
+	c, err := bed.A.Dial("udp4", netip.AddrPortFrom(bed.B.IPv4, probePort).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	for probes := 1; ; probes++ {
+		if _, err := c.Write([]byte("probe")); err != nil {
+			t.Fatal(err)
+		}
+		if len(receiveN(t, s, 1, probePort, bed.B.Ifindex, 10*time.Millisecond)) == 1 {
+			t.Logf("path up after %v, %d probes", time.Since(start).Round(time.Microsecond), probes)
+			return
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no probe datagram reached the socket in 5s")
+		}
 	}
 }
 
