@@ -1,0 +1,176 @@
+// Command bench is xdpfab's benchmark suite (`make bench`, `make
+// bench-quick`): it builds network namespaces, measures xdpfab beside its
+// peers in the same run, and writes BENCHMARKS.md, PNG plots and the raw
+// results as JSON. bench/run.sh installs what it needs and runs it as root.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type config struct {
+	quick      bool
+	reps       int
+	out        string // directory receiving BENCHMARKS.md and bench/
+	prefix     string // namespace name prefix, unique per run
+	fiav       string // the compiled libfabric AV helper, "" to skip
+	cpuLoad    int    // CPU of the load generator / server side
+	cpuMeasure int    // CPU of the measured receiver / client side
+	ctx        context.Context
+	cases      map[string]bool // -cases: only these receivers/variants
+}
+
+// want reports whether case key is selected by -cases.
+func (c *config) want(key string) bool { return len(c.cases) == 0 || c.cases[key] }
+
+type section struct {
+	name  string
+	title string
+	run   func(*results, *config) error
+}
+
+var sections = []section{
+	{"xdp", "1. XDP translation cost per packet", runXDPCost},
+	{"rx", "2. Receive capacity", runRxCapacity},
+	{"pp", "3. Ping-pong latency", runPingPong},
+	{"av", "4. AV control plane", runAV},
+	{"cq", "5. Completion queue", runCQ},
+}
+
+func main() {
+	cfg := &config{}
+	var only string
+	flag.BoolVar(&cfg.quick, "quick", false, "smoke-test sizes and durations (bench-quick)")
+	flag.IntVar(&cfg.reps, "reps", 5, "repetitions of every measurement")
+	flag.StringVar(&cfg.out, "out", "out", "output directory (BENCHMARKS.md, bench/*.png, bench/results.json)")
+	flag.StringVar(&cfg.prefix, "prefix", fmt.Sprintf("xfb%d", os.Getpid()), "prefix of the network namespaces created")
+	flag.StringVar(&cfg.fiav, "fiav", "", "path of the compiled libfabric AV helper (bench/fiav/fiav.c); empty skips that peer")
+	cases := flag.String("cases", "", "comma-separated case keys to run within the sections (default all)")
+	prof := flag.String("cpuprofile", "", "write a CPU profile (for looking into a result)")
+	flag.StringVar(&only, "sections", "", "comma-separated sections to run (default all): "+sectionNames())
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, XDP, BPF)")
+		os.Exit(1)
+	}
+	cfg.cases = map[string]bool{}
+	for _, c := range strings.Split(*cases, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cfg.cases[c] = true
+		}
+	}
+	cfg.cpuLoad, cfg.cpuMeasure = 0, 1
+	if runtime.NumCPU() < 2 {
+		cfg.cpuMeasure = 0
+	}
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.ctx = ctx
+	if err := run(cfg, only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func sectionNames() string {
+	var n []string
+	for _, s := range sections {
+		n = append(n, s.name)
+	}
+	return strings.Join(n, ",")
+}
+
+func run(cfg *config, only string) error {
+	want := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			want[s] = true
+		}
+	}
+	r := newResults(cfg.quick, cfg.reps)
+	describeSetup(r, cfg)
+	dir := filepath.Join(cfg.out, "bench")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var failed []string
+	for _, s := range sections {
+		if len(want) > 0 && !want[s.name] {
+			continue
+		}
+		if cfg.ctx.Err() != nil {
+			return cfg.ctx.Err()
+		}
+		fmt.Printf("== %s\n", s.title)
+		t0 := time.Now()
+		if err := s.run(r, cfg); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: section %s: %v\n", s.name, err)
+			r.Skipped[s.name] = err.Error()
+			failed = append(failed, s.name)
+		}
+		r.SectionTimes[s.name] = time.Since(t0).Seconds()
+		fmt.Printf("   (%s: %.1f s)\n", s.name, time.Since(t0).Seconds())
+	}
+	r.Finished = time.Now().UTC()
+	if err := r.writeJSON(filepath.Join(dir, "results.json")); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("sections failed: %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+func describeSetup(r *results, cfg *config) {
+	r.Setup["kernel"] = kernelRelease()
+	r.Setup["cpus"] = fmt.Sprint(runtime.NumCPU())
+	r.Setup["cpu_model"] = cpuModel()
+	r.Setup["go"] = runtime.Version()
+	r.Setup["cpu_load"] = fmt.Sprint(cfg.cpuLoad)
+	r.Setup["cpu_measure"] = fmt.Sprint(cfg.cpuMeasure)
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if i := strings.Index(l, ":"); i >= 0 {
+				return strings.TrimSpace(l[i+1:])
+			}
+		}
+	}
+	return "unknown"
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}

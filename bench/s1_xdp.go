@@ -1,0 +1,256 @@
+package main
+
+// Section 1: the XDP program's cost per packet, by BPF_PROG_TEST_RUN,
+// beside an empty XDP program in the same run.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// avAddr is the i-th of 2^24 distinct peer addresses of family v6, all in
+// 198.18.0.0/15 or 2001:2::/48 (never sent to: they only fill AVs).
+func avAddr(i int, v6 bool) netip.AddrPort {
+	if v6 {
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0xff, 0xff,
+			12: byte(i >> 24), 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}), 7000)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)}), uint16(1024+i>>17))
+}
+
+var (
+	probe4 = netip.MustParseAddrPort("198.19.255.254:47999")
+	probe6 = netip.MustParseAddrPort("[2001:2:ffff::fe]:47999")
+)
+
+func famName(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1024 && n%1024 == 0:
+		return fmt.Sprintf("%dk", n/1024)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+// fillAV inserts n addresses in batches of 65536 and returns them.
+func fillAV(a *av.AV, n int, v6 bool) ([]netip.AddrPort, error) {
+	all := make([]netip.AddrPort, n)
+	for i := range all {
+		all[i] = avAddr(i, v6)
+	}
+	for off := 0; off < n; off += 1 << 16 {
+		chunk := all[off:min(n, off+1<<16)]
+		if got, err := a.Insert(chunk, nil, 0, nil); err != nil || got != len(chunk) {
+			return nil, fmt.Errorf("fill AV: %d of %d inserted: %v", got, len(chunk), err)
+		}
+	}
+	return all, nil
+}
+
+var xdpSizes = []int{1, 1000, 64 * 1024, 1_000_000}
+
+// avCapacity is the dataplane's AVEntries for an AV of n entries: the
+// loader's default (2^18) unless n needs more.
+func avCapacity(n int) uint32 { return uint32(max(1<<18, pow2ceil(n))) }
+
+func runXDPCost(r *results, cfg *config) error {
+	empty, err := retProgram(xdpPass)
+	if err != nil {
+		return err
+	}
+	defer empty.Close()
+	drop, err := retProgram(xdpDrop)
+	if err != nil {
+		return err
+	}
+	defer drop.Close()
+	frames := 8192
+	if cfg.quick {
+		frames = 1024
+	}
+	for _, n := range xdpSizes {
+		dp, err := loader.Load(loader.Config{AVEntries: avCapacity(n), MaxAVs: 4})
+		if err != nil {
+			return err
+		}
+		for _, v6 := range []bool{false, true} {
+			if err := xdpCostOne(r, cfg, dp, empty, drop, n, v6, frames); err != nil {
+				dp.Close()
+				return fmt.Errorf("%s, %d entries: %w", famName(v6), n, err)
+			}
+		}
+		dp.Close()
+	}
+	r.Setup["xdp_cold_frames"] = fmt.Sprint(frames)
+	return nil
+}
+
+func xdpCostOne(r *results, cfg *config, dp *loader.Dataplane, empty, drop *ebpf.Program, n int, v6 bool, nframes int) error {
+	a, err := av.Open(dp, &av.Attr{Count: n})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	addrs, err := fillAV(a, n, v6)
+	if err != nil {
+		return err
+	}
+	local := probe4
+	if v6 {
+		local = probe6
+	}
+	key := bpf.EPKey{Local: bpf.MakeAddr(local)}
+	if err := dp.EP.Put(key, bpf.EPVal{EpId: 0xfffe, AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
+		return err
+	}
+	defer dp.EP.Delete(key)
+	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	tmpl := frameSpec{Src: addrs[0], Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, 64)}
+	base := buildFrame(tmpl)
+
+	// Steady state: live-frame test runs of 2^20 packets, each packet's
+	// source rewritten from a table of random AV members, the rewriter then
+	// tail-calling either xdpfab or a program that only drops.
+	sources := make([]netip.AddrPort, min(65536, pow2ceil(n)))
+	for i := range sources {
+		sources[i] = addrs[rng.IntN(n)]
+	}
+	table := rewriteTable(base, sources)
+	var costs [2][]float64
+	var progs [2]*rewriter
+	for i, tail := range []*ebpf.Program{drop, dp.Program} {
+		if progs[i], err = newRewriter(v6, table, tail); err != nil {
+			return err
+		}
+		defer progs[i].Close()
+	}
+	repeat := uint32(1 << 20)
+	if cfg.quick {
+		repeat = 1 << 17
+	}
+	before, _ := dp.Counters()
+	err = onThread(nil, cfg.cpuMeasure, func() error {
+		for range cfg.reps {
+			for i, p := range progs {
+				_, d, err := testRun(p.prog, base, repeat, true, 0, 0)
+				if err != nil {
+					return err
+				}
+				costs[i] = append(costs[i], float64(d.Nanoseconds()))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	after, _ := dp.Counters()
+	// Every packet must have been translated: redirect_failed (no socket
+	// behind the slot) is counted after the lookup and the metadata write.
+	if got, want := after[bpf.CounterRedirectFail]-before[bpf.CounterRedirectFail], uint64(cfg.reps)*uint64(repeat); got != want {
+		return fmt.Errorf("expected %d translated packets (redirect_failed without a socket), counters say %d", want, got)
+	}
+	lbl := map[string]string{"family": famName(v6), "entries": fmt.Sprint(n)}
+	mkey := fmt.Sprintf("xdp/%s/%s", famName(v6), sizeName(n))
+	addCost(r, mkey, costs, lbl)
+
+	// Cold: one packet per test run (repeat 1), the frame's source random,
+	// beside the empty program: the system call between runs leaves caches
+	// and predictors cold.
+	frames := make([][]byte, nframes)
+	for i := range frames {
+		tmpl.Src = addrs[rng.IntN(n)]
+		frames[i] = buildFrame(tmpl)
+	}
+	var cold [2][]float64
+	err = onThread(nil, cfg.cpuMeasure, func() error {
+		for range cfg.reps {
+			for pi, p := range []*ebpf.Program{empty, dp.Program} {
+				var total float64
+				for _, f := range frames {
+					_, d, err := testRun(p, f, 1, false, 0, 0)
+					if err != nil {
+						return err
+					}
+					total += float64(d.Nanoseconds())
+				}
+				cold[pi] = append(cold[pi], total/float64(len(frames)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	addCost(r, "xdp-cold"+mkey[3:], cold, lbl)
+
+	// Reference: a Go map from source address to index, looked up with the
+	// same random sources (what a user-space demultiplexer pays per packet).
+	m := make(map[netip.AddrPort]uint32, n)
+	for i, a := range addrs {
+		m[a] = uint32(i)
+	}
+	order := make([]netip.AddrPort, 1<<20)
+	for i := range order {
+		order[i] = addrs[rng.IntN(n)]
+	}
+	var gomap []float64
+	err = onThread(nil, cfg.cpuMeasure, func() error {
+		for range cfg.reps {
+			var sink uint32
+			t0 := time.Now()
+			for _, a := range order {
+				sink += m[a]
+			}
+			gomap = append(gomap, float64(time.Since(t0).Nanoseconds())/float64(len(order)))
+			mapSink += sink
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.add("xdp", mkey+"/gomap", "ns/lookup", gomap, lbl)
+	fmt.Printf("  %s %s entries: steady: drop-only %.1f ns, xdpfab %.1f ns; cold: empty %.1f ns, xdpfab %.1f ns; Go map %.1f ns\n",
+		famName(v6), sizeName(n), median(costs[0]), median(costs[1]), median(cold[0]), median(cold[1]), median(gomap))
+	return nil
+}
+
+func addCost(r *results, key string, costs [2][]float64, lbl map[string]string) {
+	r.add("xdp", key+"/empty", "ns/pkt", costs[0], lbl)
+	r.add("xdp", key+"/xdpfab", "ns/pkt", costs[1], lbl)
+	diff := make([]float64, len(costs[0]))
+	for i := range diff {
+		diff[i] = costs[1][i] - costs[0][i]
+	}
+	r.add("xdp", key+"/delta", "ns/pkt", diff, lbl)
+}
+
+func pow2ceil(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+var mapSink uint32
+
+func median(v []float64) float64 { m, _, _ := summarize(v); return m }

@@ -1,0 +1,416 @@
+package main
+
+// Section 3: ping-pong latency over one veth pair (MTU 9000): xdpfab
+// endpoints with manual progress (busy polling off and on) vs libfabric's
+// fi_pingpong (udp dgram, tcp msg) vs a Go UDP ping-pong. Latency per
+// transfer is half a round trip, as fi_pingpong's usec/xfer counts it
+// (elapsed / iterations / 2).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+var ppSizes = []int{64, 1024, 4096}
+
+// ppResult is one ping-pong run: the per-transfer latencies (half round
+// trips) and the mean as fi_pingpong reports it.
+type ppResult struct {
+	mean, p50, p99 float64 // µs
+}
+
+func summarizePP(halves []time.Duration, elapsed time.Duration) ppResult {
+	slices.Sort(halves)
+	return ppResult{
+		mean: us(elapsed) / float64(len(halves)) / 2,
+		p50:  us(percentile(halves, 0.5)),
+		p99:  us(percentile(halves, 0.99)),
+	}
+}
+
+func runPingPong(r *results, cfg *config) error {
+	iters, warm := 10000, 500
+	if cfg.quick {
+		iters, warm = 1000, 100
+	}
+	bd, down, err := newBed(cfg.prefix, bedOpts{MTU: 9000})
+	if err != nil {
+		return err
+	}
+	defer down()
+	r.Setup["pingpong_iterations"] = fmt.Sprint(iters)
+	add := func(impl, title string, size int, res []ppResult) {
+		var mean, p50, p99 []float64
+		for _, x := range res {
+			mean, p50, p99 = append(mean, x.mean), append(p50, x.p50), append(p99, x.p99)
+		}
+		lbl := map[string]string{"impl": title, "size": fmt.Sprint(size)}
+		key := fmt.Sprintf("pp/%s/%d", impl, size)
+		r.add("pp", key+"/mean", "us", mean, lbl)
+		if res[0].p50 > 0 { // fi_pingpong reports only its mean
+			r.add("pp", key+"/p50", "us", p50, lbl)
+			r.add("pp", key+"/p99", "us", p99, lbl)
+		}
+		fmt.Printf("  %-16s %5d B: mean %7.2f us  p50 %7.2f  p99 %7.2f\n", impl, size, median(mean), median(p50), median(p99))
+	}
+
+	// xdpfab, busy polling off and on. Native XDP on veth refuses an MTU
+	// above about 3.5k for a program without multi-buffer (xdp.frags)
+	// support (ERANGE), so xdpfab runs in generic mode on this bed and in
+	// native mode on a second bed with MTU 3500.
+	dp, err := loader.Load(loader.Config{AVEntries: 4096, MaxAVs: 8})
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	bdNative, downNative, err := newBed(cfg.prefix, bedOpts{MTU: 3500})
+	if err != nil {
+		return err
+	}
+	defer downNative()
+	for _, v := range []struct {
+		bd   *bed
+		mode loader.Mode
+		tag  string
+	}{{bdNative, loader.Native, ""}, {bd, loader.Generic, "-generic"}} {
+		var atts []*loader.Attachment
+		for _, h := range []*host{v.bd.a, v.bd.b} {
+			var att *loader.Attachment
+			if err := h.do(-1, func() (err error) { att, err = dp.Attach(linkName, v.mode); return err }); err != nil {
+				return err
+			}
+			atts = append(atts, att)
+		}
+		for _, bp := range []struct {
+			key  string
+			poll time.Duration
+		}{{"xdpfab" + v.tag, 0}, {"xdpfab-busypoll" + v.tag, 50 * time.Microsecond}} {
+			if !cfg.want(bp.key) {
+				continue
+			}
+			if err := xdpfabPingPong(r, cfg, dp, v.bd, bp.key, v.mode, bp.poll, iters, warm, add); err != nil {
+				return fmt.Errorf("%s: %w", bp.key, err)
+			}
+		}
+		for _, att := range atts {
+			att.Close()
+		}
+	}
+
+	// Go UDP.
+	if cfg.want("go-udp") {
+		for _, size := range ppSizes {
+			var res []ppResult
+			for range cfg.reps {
+				x, err := udpPingPong(cfg, bd, size, iters, warm)
+				if err != nil {
+					return fmt.Errorf("go udp %d: %w", size, err)
+				}
+				res = append(res, x)
+			}
+			add("go-udp", "Go UDP sockets (net.UDPConn)", size, res)
+		}
+	}
+
+	// libfabric's fi_pingpong.
+	for _, p := range []struct{ key, prov, ep string }{{"fi-udp", "udp", "dgram"}, {"fi-tcp", "tcp", "msg"}} {
+		if !cfg.want(p.key) {
+			continue
+		}
+		for _, size := range ppSizes {
+			var res []ppResult
+			var ferr error
+			for range cfg.reps {
+				mean, err := fiPingPong(cfg, bd, p.prov, p.ep, size, iters)
+				if err != nil {
+					ferr = err
+					break
+				}
+				res = append(res, ppResult{mean: mean})
+			}
+			if ferr != nil {
+				r.note("pp", "fi_pingpong -p %s -e %s -S %d: %v", p.prov, p.ep, size, ferr)
+				fmt.Printf("  %-16s %5d B: %v\n", p.key, size, ferr)
+				continue
+			}
+			add(p.key, fmt.Sprintf("fi_pingpong -p %s -e %s", p.prov, p.ep), size, res)
+		}
+	}
+	return nil
+}
+
+func xdpfabPingPong(r *results, cfg *config, dp *loader.Dataplane, bd *bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
+	add func(string, string, int, []ppResult)) error {
+	la, lb := netip.AddrPortFrom(bd.a.v4, rxPort), netip.AddrPortFrom(bd.b.v4, rxPort)
+	epAttr := func(a *ep.Attr) { a.BusyPoll = poll }
+	cli, err := openXdpfabRx(dp, bd.a, la, []netip.AddrPort{lb}, epAttr)
+	if err != nil {
+		return err
+	}
+	defer cli.close()
+	srv, err := openXdpfabRx(dp, bd.b, lb, []netip.AddrPort{la}, epAttr)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	max := cli.ep.MaxMsgSize()
+	r.Setup["xdpfab_max_msg_"+mode.String()] = fmt.Sprint(max)
+	title := fmt.Sprintf("xdpfab ep, %s XDP, manual progress", mode)
+	if poll > 0 {
+		title += fmt.Sprintf(", busy poll %v", poll)
+	}
+	sizes := slices.Clone(ppSizes)
+	for _, size := range sizes {
+		if size > max {
+			r.note("pp", "%s: %d B does not fit: the endpoint's largest message is %d B; measured at %d B instead", key, size, max, max)
+			size = max
+		}
+		var res []ppResult
+		for range cfg.reps {
+			x, err := xdpfabPP(cfg, cli, srv, size, iters, warm)
+			if err != nil {
+				return fmt.Errorf("%d B: %w", size, err)
+			}
+			res = append(res, x)
+		}
+		add(key, title, size, res)
+	}
+	return nil
+}
+
+// waitOne spins on the CQ (each read progresses the endpoint) until one
+// completion arrives.
+func (x *xdpfabRx) waitOne(rx bool, deadline time.Time) (int, error) {
+	q := x.tx
+	if rx {
+		q = x.rx
+	}
+	var buf [1]cq.Entry
+	for i := 0; ; i++ {
+		n, err := q.Read(buf[:])
+		if n == 1 {
+			return buf[0].Len, nil
+		}
+		if err != nil && !errors.Is(err, fi.EAGAIN) {
+			return 0, err
+		}
+		if i&1023 == 0 && time.Now().After(deadline) {
+			return 0, errors.New("no completion within the deadline")
+		}
+	}
+}
+
+func sendSpin(x *xdpfabRx, buf []byte, to fi.Addr) error {
+	for {
+		err := x.ep.Send(buf, to, nil)
+		if !errors.Is(err, fi.EAGAIN) {
+			return err
+		}
+		x.ep.Progress()
+	}
+}
+
+func xdpfabPP(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (ppResult, error) {
+	total := iters + warm
+	deadline := time.Now().Add(2 * time.Minute)
+	srvDone := goOnThread(nil, cfg.cpuLoad, func() error {
+		buf := make([]byte, 9000)
+		for range total {
+			if err := srv.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+				return err
+			}
+			n, err := srv.waitOne(true, deadline)
+			if err != nil {
+				return err
+			}
+			if err := sendSpin(srv, buf[:n], srv.want); err != nil {
+				return err
+			}
+			if _, err := srv.waitOne(false, deadline); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	halves := make([]time.Duration, 0, iters)
+	var elapsed time.Duration
+	err := onThread(nil, cfg.cpuMeasure, func() error {
+		msg, buf := make([]byte, size), make([]byte, 9000)
+		var start time.Time
+		for i := range total {
+			if i == warm {
+				start = time.Now()
+			}
+			if err := cli.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if err := sendSpin(cli, msg, cli.want); err != nil {
+				return err
+			}
+			n, err := cli.waitOne(true, deadline)
+			if err != nil {
+				return err
+			}
+			if n != size {
+				return fmt.Errorf("echo of %d B came back with %d B", size, n)
+			}
+			if i >= warm {
+				halves = append(halves, time.Since(t0)/2)
+			}
+			if _, err := cli.waitOne(false, deadline); err != nil {
+				return err
+			}
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err := errors.Join(err, <-srvDone); err != nil {
+		return ppResult{}, err
+	}
+	return summarizePP(halves, elapsed), nil
+}
+
+func udpPingPong(cfg *config, bd *bed, size, iters, warm int) (ppResult, error) {
+	la, lb := netip.AddrPortFrom(bd.a.v4, 0), netip.AddrPortFrom(bd.b.v4, rxPort+1)
+	var cc, sc *net.UDPConn
+	if err := bd.b.do(-1, func() (err error) { sc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(lb)); return err }); err != nil {
+		return ppResult{}, err
+	}
+	defer sc.Close()
+	if err := bd.a.do(-1, func() (err error) { cc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(la)); return err }); err != nil {
+		return ppResult{}, err
+	}
+	defer cc.Close()
+	total := iters + warm
+	deadline := time.Now().Add(2 * time.Minute)
+	sc.SetDeadline(deadline)
+	cc.SetDeadline(deadline)
+	srvDone := goOnThread(nil, cfg.cpuLoad, func() error {
+		buf := make([]byte, 9000)
+		for range total {
+			n, from, err := sc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return err
+			}
+			if _, err := sc.WriteToUDPAddrPort(buf[:n], from); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	halves := make([]time.Duration, 0, iters)
+	var elapsed time.Duration
+	err := onThread(nil, cfg.cpuMeasure, func() error {
+		msg, buf := make([]byte, size), make([]byte, 9000)
+		var start time.Time
+		for i := range total {
+			if i == warm {
+				start = time.Now()
+			}
+			t0 := time.Now()
+			if _, err := cc.WriteToUDPAddrPort(msg, lb); err != nil {
+				return err
+			}
+			if _, _, err := cc.ReadFromUDPAddrPort(buf); err != nil {
+				return err
+			}
+			if i >= warm {
+				halves = append(halves, time.Since(t0)/2)
+			}
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err := errors.Join(err, <-srvDone); err != nil {
+		return ppResult{}, err
+	}
+	return summarizePP(halves, elapsed), nil
+}
+
+var ppPort = 47600
+
+// fiPingPong runs fi_pingpong's server in B and client in A (ip netns exec,
+// pinned with taskset) and returns the client's usec/xfer.
+func fiPingPong(cfg *config, bd *bed, prov, epType string, size, iters int) (float64, error) {
+	ppPort++
+	port := fmt.Sprint(ppPort)
+	ctx, cancel := context.WithTimeout(cfg.ctx, time.Minute)
+	defer cancel()
+	args := []string{"-p", prov, "-e", epType, "-S", fmt.Sprint(size), "-I", fmt.Sprint(iters)}
+	srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.b.name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
+		"fi_pingpong", "-B", port}, args...)...)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if srv.ProcessState == nil {
+			srv.Process.Kill()
+			srv.Wait()
+		}
+	}()
+	var out []byte
+	var err error
+	for try := 0; try < 50; try++ {
+		time.Sleep(100 * time.Millisecond)
+		cli := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.a.name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+			"fi_pingpong", "-P", port}, append(args, bd.b.v4.String())...)...)
+		out, err = cli.CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte("Connection refused")) {
+			break
+		}
+	}
+	if err != nil {
+		srv.Process.Kill()
+		srv.Wait()
+		return 0, fmt.Errorf("%v: %s%s", err, lastLine(out), lastLine(srvOut.Bytes()))
+	}
+	srv.Wait()
+	return parseUsecPerXfer(out)
+}
+
+func lastLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// parseUsecPerXfer finds the usec/xfer column of fi_pingpong's table.
+func parseUsecPerXfer(out []byte) (float64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	col := -1
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if col < 0 {
+			for i, x := range f {
+				if x == "usec/xfer" {
+					col = i
+				}
+			}
+			continue
+		}
+		if len(f) > col {
+			return strconv.ParseFloat(f[col], 64)
+		}
+	}
+	return 0, fmt.Errorf("no usec/xfer in fi_pingpong output: %s", out)
+}

@@ -1,0 +1,226 @@
+package main
+
+// Section 4: the AV control plane: inserts and removes per second, memory
+// per entry, beside libfabric's fi_av_insert on its udp provider.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+type avCase struct {
+	key, title string
+	batch      int
+	more       bool
+}
+
+var avCases = []avCase{
+	{"single", "one address per call", 1, false},
+	{"single_more", "one per call with FI_MORE (flushed every 1024)", 1, true},
+	{"batch1024", "1024 addresses per call", 1024, false},
+}
+
+// memlock reads the kernel's accounting of a map ("memlock:" in fdinfo).
+func memlock(m *ebpf.Map) (uint64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "memlock:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no memlock in fdinfo of %v", m)
+}
+
+// xdpfabAVRun inserts n addresses in calls of batch and removes them in
+// calls of removeBatch, returning the rates and the Go heap growth per
+// entry.
+func xdpfabAVRun(dp *loader.Dataplane, n, batch, removeBatch int, more bool) (ins, rem, heap float64, err error) {
+	addrs := make([]netip.AddrPort, n)
+	for i := range addrs {
+		addrs[i] = avAddr(i, false)
+	}
+	ids := make([]fi.Addr, n)
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	a, err := av.Open(dp, &av.Attr{Count: n})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer a.Close()
+	t0 := time.Now()
+	for i := 0; i < n; i += batch {
+		k := min(batch, n-i)
+		flags := fi.Flags(0)
+		if more && (i+k)%1024 != 0 && i+k < n {
+			flags = fi.MORE
+		}
+		if got, err := a.Insert(addrs[i:i+k], ids[i:i+k], flags, nil); err != nil || got != k {
+			return 0, 0, 0, fmt.Errorf("insert: %d of %d: %v", got, k, err)
+		}
+	}
+	ins = float64(n) / time.Since(t0).Seconds()
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	heap = (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / float64(n)
+	runtime.KeepAlive(addrs)
+	t1 := time.Now()
+	for i := 0; i < n; i += removeBatch {
+		k := min(removeBatch, n-i)
+		if err := a.Remove(ids[i:i+k], 0); err != nil {
+			return 0, 0, 0, fmt.Errorf("remove: %v", err)
+		}
+	}
+	rem = float64(n) / time.Since(t1).Seconds()
+	return ins, rem, heap, nil
+}
+
+type fiavOut struct {
+	N         int     `json:"n"`
+	Insert    float64 `json:"insert_per_s"`
+	Remove    float64 `json:"remove_per_s"`
+	HeapBytes float64 `json:"heap_bytes_per_entry"`
+}
+
+func runAV(r *results, cfg *config) error {
+	small, bulk := 16384, 1_000_000
+	if cfg.quick {
+		small, bulk = 4096, 1 << 18
+	}
+	dp, err := loader.Load(loader.Config{AVEntries: avCapacity(bulk), MaxAVs: 4})
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	lbl := func(impl, c string) map[string]string { return map[string]string{"impl": impl, "case": c} }
+	for _, c := range avCases {
+		var ins, rem []float64
+		err := onThread(nil, cfg.cpuMeasure, func() error {
+			for range cfg.reps {
+				i, rm, _, err := xdpfabAVRun(dp, small, c.batch, c.batch, c.more)
+				if err != nil {
+					return fmt.Errorf("%s: %w", c.key, err)
+				}
+				ins, rem = append(ins, i), append(rem, rm)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		r.add("av", "av/insert/"+c.key+"/xdpfab", "ops/s", ins, lbl("xdpfab", c.key))
+		r.add("av", "av/remove/"+c.key+"/xdpfab", "ops/s", rem, lbl("xdpfab", c.key))
+		fmt.Printf("  xdpfab %-12s insert %9.0f/s remove %9.0f/s\n", c.key, median(ins), median(rem))
+	}
+	var ins, rem, heap []float64
+	err = onThread(nil, cfg.cpuMeasure, func() error {
+		for range cfg.reps {
+			i, rm, h, err := xdpfabAVRun(dp, bulk, 1024, 1024, false)
+			if err != nil {
+				return fmt.Errorf("bulk: %w", err)
+			}
+			ins, rem, heap = append(ins, i), append(rem, rm), append(heap, h)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.add("av", "av/insert/bulk/xdpfab", "ops/s", ins, lbl("xdpfab", "bulk"))
+	r.add("av", "av/remove/bulk/xdpfab", "ops/s", rem, lbl("xdpfab", "bulk"))
+	r.add("av", "av/mem/heap/xdpfab", "B/entry", heap, lbl("xdpfab", "bulk"))
+	fmt.Printf("  xdpfab bulk %d  insert %9.0f/s remove %9.0f/s, Go heap %.0f B/entry\n", bulk, median(ins), median(rem), median(heap))
+	r.Setup["av_small"], r.Setup["av_bulk"] = fmt.Sprint(small), fmt.Sprint(bulk)
+
+	// Kernel accounting of the two AV maps (forward: source -> fi_addr,
+	// reverse: fi_addr -> source), preallocated for AVEntries.
+	fwd, err := memlock(dp.AV)
+	if err != nil {
+		return err
+	}
+	rev, err := memlock(dp.AVRev)
+	if err != nil {
+		return err
+	}
+	capEntries := float64(dp.Config().AVEntries)
+	one := func(v float64) []float64 { return []float64{v} }
+	r.add("av", "av/mem/kernel-fwd/xdpfab", "B/entry", one(float64(fwd)/capEntries), lbl("xdpfab", "kernel"))
+	r.add("av", "av/mem/kernel-rev/xdpfab", "B/entry", one(float64(rev)/capEntries), lbl("xdpfab", "kernel"))
+	r.add("av", "av/mem/kernel/xdpfab", "B/entry", one(float64(fwd+rev)/capEntries), lbl("xdpfab", "kernel"))
+	r.note("av", "kernel map accounting (fdinfo memlock): xdpfab_av %d B, xdpfab_avrev %d B for %d preallocated entries",
+		fwd, rev, dp.Config().AVEntries)
+
+	if cfg.fiav == "" {
+		r.note("av", "libfabric peer skipped: no -fiav helper given")
+		return nil
+	}
+	bd, down, err := newBed(cfg.prefix, bedOpts{})
+	if err != nil {
+		return err
+	}
+	defer down()
+	var outs []map[string]fiavOut
+	for range cfg.reps {
+		ctx, cancel := context.WithTimeout(cfg.ctx, 2*time.Minute)
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", bd.b.name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+			cfg.fiav, fmt.Sprint(small), fmt.Sprint(bulk))
+		cmd.Stderr = os.Stderr
+		b, err := cmd.Output()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("fiav: %w", err)
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return fmt.Errorf("fiav output: %w: %s", err, b)
+		}
+		o := map[string]fiavOut{}
+		for k, v := range raw {
+			var x fiavOut
+			if json.Unmarshal(v, &x) == nil {
+				o[k] = x
+			} else if k == "version" {
+				var s string
+				json.Unmarshal(v, &s)
+				r.Setup["libfabric"] = s
+			}
+		}
+		outs = append(outs, o)
+	}
+	col := func(k string, f func(fiavOut) float64) []float64 {
+		var v []float64
+		for _, o := range outs {
+			v = append(v, f(o[k]))
+		}
+		return v
+	}
+	for _, c := range append(avCases, avCase{key: "bulk"}) {
+		r.add("av", "av/insert/"+c.key+"/libfabric", "ops/s", col(c.key, func(o fiavOut) float64 { return o.Insert }), lbl("libfabric", c.key))
+		if c.key != "bulk" {
+			r.add("av", "av/remove/"+c.key+"/libfabric", "ops/s", col(c.key, func(o fiavOut) float64 { return o.Remove }), lbl("libfabric", c.key))
+		}
+		fmt.Printf("  libfabric %-12s insert %9.0f/s remove %9.0f/s\n", c.key,
+			median(col(c.key, func(o fiavOut) float64 { return o.Insert })), median(col(c.key, func(o fiavOut) float64 { return o.Remove })))
+	}
+	r.add("av", "av/mem/heap/libfabric", "B/entry", col("bulk", func(o fiavOut) float64 { return o.HeapBytes }), lbl("libfabric", "bulk"))
+	return nil
+}

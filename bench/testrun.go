@@ -1,0 +1,307 @@
+package main
+
+// BPF_PROG_TEST_RUN and the small helper programs the benchmarks need.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// progTestRunAttr is the BPF_PROG_TEST_RUN part of union bpf_attr.
+type progTestRunAttr struct {
+	ProgFD      uint32
+	Retval      uint32
+	DataSizeIn  uint32
+	DataSizeOut uint32
+	DataIn      uint64
+	DataOut     uint64
+	Repeat      uint32
+	Duration    uint32
+	CtxSizeIn   uint32
+	CtxSizeOut  uint32
+	CtxIn       uint64
+	CtxOut      uint64
+	Flags       uint32
+	CPU         uint32
+	BatchSize   uint32
+	_           uint32
+}
+
+// xdpMD is struct xdp_md.
+type xdpMD struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+// testRun runs prog on data repeat times and returns the kernel's average
+// duration per run. live sets BPF_F_TEST_XDP_LIVE_FRAMES (frames really go
+// where the program sends them); ifindex and queue say where they arrive
+// (an ifindex of the calling thread's namespace).
+func testRun(prog *ebpf.Program, data []byte, repeat uint32, live bool, ifindex, queue int) (uint32, time.Duration, error) {
+	ctx := xdpMD{DataEnd: uint32(len(data)), IngressIfindex: uint32(ifindex), RxQueueIndex: uint32(queue)}
+	attr := progTestRunAttr{
+		ProgFD:     uint32(prog.FD()),
+		DataSizeIn: uint32(len(data)),
+		DataIn:     uint64(uintptr(unsafe.Pointer(&data[0]))),
+		Repeat:     repeat,
+		CtxSizeIn:  uint32(unsafe.Sizeof(ctx)),
+		CtxIn:      uint64(uintptr(unsafe.Pointer(&ctx))),
+	}
+	if live {
+		attr.Flags = unix.BPF_F_TEST_XDP_LIVE_FRAMES
+		attr.BatchSize = 64
+	}
+	for {
+		_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		runtime.KeepAlive(data)
+		runtime.KeepAlive(&ctx)
+		switch errno {
+		case 0:
+			return attr.Retval, time.Duration(attr.Duration), nil
+		case unix.EINTR:
+			continue
+		default:
+			return 0, 0, fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
+		}
+	}
+}
+
+// retProgram is an XDP program that only returns verdict (the empty
+// program of the cost measurements, and the XDP_DROP ceiling).
+func retProgram(verdict int32) (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "bench_ret", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, verdict), asm.Return()},
+	})
+}
+
+const (
+	xdpDrop = 1
+	xdpPass = 2
+)
+
+// dropCounter is an XDP program that counts frames in a per-CPU array and
+// drops them: the XDP_DROP ceiling of an interface under a real sender.
+type dropCounter struct {
+	prog  *ebpf.Program
+	count *ebpf.Map
+}
+
+func newDropCounter() (*dropCounter, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "bench_drops", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return nil, err
+	}
+	insns := asm.Instructions{
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("out"),
+		asm.Return(),
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_dropcnt", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL", Instructions: insns})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return &dropCounter{prog: p, count: m}, nil
+}
+
+func (d *dropCounter) total() uint64 {
+	var per []uint64
+	if err := d.count.Lookup(uint32(0), &per); err != nil {
+		return 0
+	}
+	var s uint64
+	for _, v := range per {
+		s += v
+	}
+	return s
+}
+
+func (d *dropCounter) Close() { d.prog.Close(); d.count.Close() }
+
+// rewriter is an XDP program for the in-kernel injector: live-frame test
+// runs repeat one frame, so it rewrites each frame's source address (and
+// the IPv4 header checksum), UDP source port and xdpfab rx_ctx from a
+// table, cycling through the table with a per-CPU counter, then tail-calls
+// the program under test (or, with tail nil, passes the frame to the kernel
+// stack). Live frames keep their data between runs, so rewriting is all it
+// takes. Frames must be Ethernet + IPv4 (no options) or IPv6 + UDP; the UDP
+// checksum is not updated (XDP does not check it; IPv4 frames for the kernel
+// stack must carry checksum 0, "none").
+type rewriter struct {
+	prog       *ebpf.Program
+	ctr, table *ebpf.Map
+	progs      *ebpf.Map
+}
+
+// rewriteEntry is one table value, in network byte order as it goes into
+// the frame. IPv4 addresses use Addr[:4].
+type rewriteEntry struct {
+	Addr  [16]byte
+	Csum  [2]byte
+	Sport [2]byte
+	RxCtx uint8
+	_     [3]byte
+}
+
+// rewriteTable builds the table for sources (one address family), all with
+// rx context 0, for frames shaped like base.
+func rewriteTable(base []byte, sources []netip.AddrPort) []rewriteEntry {
+	t := make([]rewriteEntry, len(sources))
+	for i, s := range sources {
+		e := &t[i]
+		binary.BigEndian.PutUint16(e.Sport[:], s.Port())
+		if a := s.Addr().Unmap(); a.Is4() {
+			b4 := a.As4()
+			copy(e.Addr[:], b4[:])
+			ip := make([]byte, 20)
+			copy(ip, base[14:34])
+			copy(ip[12:16], b4[:])
+			ip[10], ip[11] = 0, 0
+			binary.BigEndian.PutUint16(e.Csum[:], ipv4Csum(ip))
+		} else {
+			e.Addr = a.As16()
+		}
+	}
+	return t
+}
+
+func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter, error) {
+	n := len(entries)
+	if n == 0 || n&(n-1) != 0 {
+		return nil, fmt.Errorf("rewriter: %d entries, want a power of two", n)
+	}
+	r := &rewriter{}
+	var err error
+	if r.ctr, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
+		return nil, err
+	}
+	if r.table, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 24, MaxEntries: uint32(n)}); err != nil {
+		r.Close()
+		return nil, err
+	}
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := r.table.BatchUpdate(keys, entries, nil); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("rewriter table: %w", err)
+	}
+	ipLen := int16(20)
+	if v6 {
+		ipLen = 40
+	}
+	udpSp := 14 + ipLen
+	rxCtx := 14 + ipLen + 8 + 7
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R7, asm.R6, 0, asm.Word), // data
+		asm.LoadMem(asm.R8, asm.R6, 4, asm.Word), // data_end
+		asm.Mov.Reg(asm.R2, asm.R7),
+		asm.Add.Imm(asm.R2, int32(rxCtx)+1),
+		asm.JGT.Reg(asm.R2, asm.R8, "drop"),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.LoadMapPtr(asm.R1, r.ctr.FD()),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "drop"),
+		asm.LoadMem(asm.R9, asm.R0, 0, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R9),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.And.Imm(asm.R9, int32(n-1)),
+		asm.StoreMem(asm.RFP, -8, asm.R9, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.LoadMapPtr(asm.R1, r.table.FD()),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "drop"),
+	}
+	if v6 {
+		for off := int16(0); off < 16; off += 8 {
+			insns = append(insns,
+				asm.LoadMem(asm.R1, asm.R0, off, asm.DWord),
+				asm.StoreMem(asm.R7, 14+8+off, asm.R1, asm.DWord))
+		}
+	} else {
+		insns = append(insns,
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+			asm.StoreMem(asm.R7, 14+12, asm.R1, asm.Word),
+			asm.LoadMem(asm.R1, asm.R0, 16, asm.Half),
+			asm.StoreMem(asm.R7, 14+10, asm.R1, asm.Half))
+	}
+	insns = append(insns,
+		asm.LoadMem(asm.R1, asm.R0, 18, asm.Half),
+		asm.StoreMem(asm.R7, udpSp, asm.R1, asm.Half),
+		asm.LoadMem(asm.R1, asm.R0, 20, asm.Byte),
+		asm.StoreMem(asm.R7, rxCtx, asm.R1, asm.Byte),
+	)
+	if tail != nil {
+		if r.progs, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}); err != nil {
+			r.Close()
+			return nil, err
+		}
+		insns = append(insns,
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.LoadMapPtr(asm.R2, r.progs.FD()),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.FnTailCall.Call(),
+		)
+	} else {
+		insns = append(insns, asm.Mov.Imm(asm.R0, xdpPass), asm.Return())
+	}
+	insns = append(insns, asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("drop"), asm.Return())
+	if r.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_rewrite", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL", Instructions: insns}); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("rewriter program: %w", err)
+	}
+	if tail != nil {
+		if err := r.progs.Put(uint32(0), tail); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("rewriter tail call: %w", err)
+		}
+	}
+	return r, nil
+}
+
+func (r *rewriter) Close() {
+	for _, c := range []interface{ Close() error }{r.prog, r.ctr, r.table, r.progs} {
+		if c != nil && !isNilCloser(c) {
+			c.Close()
+		}
+	}
+}
+
+func isNilCloser(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case *ebpf.Program:
+		return v == nil
+	case *ebpf.Map:
+		return v == nil
+	}
+	return false
+}
+
+// attachXDP attaches p to ifindex (of the calling thread's namespace) in
+// native mode.
+func attachXDP(p *ebpf.Program, ifindex int) (link.Link, error) {
+	return link.AttachXDP(link.XDPOptions{Program: p, Interface: ifindex, Flags: link.XDPDriverMode})
+}
