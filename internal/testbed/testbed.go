@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/sys/unix"
 )
@@ -110,11 +111,12 @@ func build(opts Options, cleanup func(func())) (*Bed, error) {
 	if opts.TxQueues == 0 {
 		opts.TxQueues = 1
 	}
+	sweepOrphans()
 	// A random subnet per bed keeps logs of parallel tests apart; the
 	// namespaces already keep their traffic apart.
 	x := rand.IntN(512)
 	bed := &Bed{
-		Name: fmt.Sprintf("xdpfab-%08x", rand.Uint32()),
+		Name: fmt.Sprintf("xdpfab-%d-%06x", os.Getpid(), rand.Uint32()>>8),
 		Net4: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, byte(18 + x/256), byte(x % 256), 0}), 24),
 		Net6: netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, byte(x >> 8), byte(x)}), 64),
 		opts: opts,
@@ -377,4 +379,26 @@ func Up(opts Options) (bed *Bed, down func(), err error) {
 		return nil, func() {}, err
 	}
 	return bed, down, nil
+}
+
+// sweepOrphans removes the namespaces of beds whose process is gone (a test
+// binary killed before its cleanup ran). A bed's namespace names carry its
+// creator's pid, so beds of live processes, this one's included, are
+// never touched.
+func sweepOrphans() {
+	ents, err := os.ReadDir(netnsDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		var pid int
+		var tag string
+		if n, _ := fmt.Sscanf(e.Name(), "xdpfab-%d-%s", &pid, &tag); n != 2 || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			continue
+		}
+		(&NS{name: e.Name(), handle: netns.None()}).remove()
+	}
 }
