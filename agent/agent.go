@@ -116,9 +116,11 @@ func New(cfg Config) (_ *Agent, err error) {
 	return a, nil
 }
 
-// recover re-adopts what a previous agent left: it counts the restart,
-// recounts the AV capacity reservations (processes that died kept theirs)
-// and removes anonymous AVs and endpoints whose processes are gone.
+// recover re-adopts what a previous agent left and counts the restart
+// (avmeta slot 0's generation counts agent starts). Anonymous AVs of dead
+// processes are removed by gc. AV capacity that dead processes had
+// reserved is not recounted: the reservations of live ones cannot be seen
+// from here, and a recount could promise room that is not there.
 func (a *Agent) recover() error {
 	unlock := a.dp.Lock()
 	defer unlock()

@@ -67,7 +67,8 @@ struct xdpfab_rev_val {
 	__u32 flags;    /* XDPFAB_AVF_* */
 };
 
-/* Per-AV attributes (array indexed by av_id; slot 0 is never used). */
+/* Per-AV attributes (array indexed by av_id). Slot 0 is no AV: its count is
+ * the AV entries reserved node-wide and its generation counts agent starts. */
 struct xdpfab_av_meta {
 	__u64 generation; /* bumped by every change: other openers resync */
 	__u64 flags;      /* open flags (FI_AV_USER_ID, FI_SYMMETRIC, ...) */
