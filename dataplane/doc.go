@@ -110,7 +110,7 @@
 //     logs the reason (EOPNOTSUPP); BindZeroCopy fails.
 //   - Closing a socket frees its device queue asynchronously: a new bind of
 //     the queue fails with EBUSY for roughly 10-25 ms. Open retries EBUSY for
-//     up to 200 ms, so close-and-reopen works; a queue held by a live socket
+//     up to 2 s, so close-and-reopen works; a queue held by a live socket
 //     still reports EBUSY.
 //   - Mapped rings keep a socket alive after close(2): Close unmaps every
 //     ring, and the UMEM's memory goes when its last user closes.

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -180,6 +181,11 @@ func build(opts Options, cleanup func(func())) (*Bed, error) {
 			}
 		}
 	}
+	for _, h := range bed.Hosts {
+		if err := h.waitActive(); err != nil {
+			return nil, err
+		}
+	}
 	return bed, nil
 }
 
@@ -292,6 +298,37 @@ func (h *Host) configure() error {
 		h.Ifindex = l.Attrs().Index
 		h.MAC = l.Attrs().HardwareAddr
 		return nil
+	})
+}
+
+// waitActive waits until the kernel's link watch has activated the host's
+// interface: until then it keeps the noop qdisc, which drops every frame
+// (under load that lasts beyond a second), so a test's first datagrams
+// would vanish.
+func (h *Host) waitActive() error {
+	return h.Do(func() error {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l, err := netlink.LinkByName(h.Link)
+			if err != nil {
+				return err
+			}
+			qs, err := netlink.QdiscList(l)
+			if err != nil {
+				return err
+			}
+			noop := false
+			for _, q := range qs {
+				noop = noop || q.Type() == "noop"
+			}
+			if l.Attrs().OperState == netlink.OperUp && !noop {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s in %s not active after 10 s (state %s)", h.Link, h.Name(), l.Attrs().OperState)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	})
 }
 
