@@ -20,6 +20,7 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
 )
 
 // Config configures an agent.
@@ -266,7 +267,9 @@ func (a *Agent) gc() {
 	}
 }
 
+// processAlive asks the kernel (kill with signal 0), which works where
+// /proc hides other users' processes (ProtectProc=invisible).
 func processAlive(pid int) bool {
-	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-	return err == nil
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }

@@ -1,6 +1,7 @@
 package ep
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -50,8 +51,8 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 	devices.Lock()
 	defer devices.Unlock()
 	if d := devices.m[key]; d != nil {
-		if queues > d.queues {
-			return nil, fmt.Errorf("interface has %d queues open, endpoint wants %d: %w", d.queues, queues, fi.EINVAL)
+		if a.Queues > d.queues {
+			return nil, fmt.Errorf("interface has %d queues open, endpoint wants %d: %w", d.queues, a.Queues, fi.EINVAL)
 		}
 		d.refs++
 		return d, nil
@@ -105,10 +106,17 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 		}
 		s, err := dataplane.Open(key.ifindex, q, d.umem, cfg)
 		if err != nil {
+			// The device reports more queues than it has in use (a veth
+			// made with numrxqueues > real ones): listen on those it has.
+			if a.Queues == 0 && q > 0 && errors.Is(err, fi.EINVAL) {
+				break
+			}
 			return nil, fmt.Errorf("socket for queue %d: %w", q, err)
 		}
 		d.anchors = append(d.anchors, s)
 	}
+	d.queues = len(d.anchors)
+	d.fillMu = d.fillMu[:d.queues]
 	d.tx.init(d, a.Frames)
 	return d, nil
 }

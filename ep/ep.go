@@ -130,6 +130,9 @@ func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, undo und
 	if err != nil {
 		return nil, nil, fmt.Errorf("ep open: interface %s: %w", attr.Ifname, err)
 	}
+	if attr.Queues == 0 {
+		e.queues = e.dev.queues // the queues the device could bind
+	}
 	e.umem = e.dev.umem
 	undo.add(func() { releaseDevice(e.dev) })
 	if err := e.openSockets(iface.Index); err != nil {
@@ -308,6 +311,9 @@ func (e *Endpoint) clearSlots(base, n uint32) {
 		e.dp.XSKs.Delete(base + i)
 	}
 }
+
+// Queues is the number of rx queues the endpoint listens on.
+func (e *Endpoint) Queues() int { return e.queues }
 
 // Closed reports whether Close has been called.
 func (e *Endpoint) Closed() bool { return e.closed.Load() }

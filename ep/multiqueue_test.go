@@ -1,7 +1,12 @@
 package ep_test
 
 import (
+	"fmt"
+	"net/netip"
+	"os/exec"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ep"
@@ -51,5 +56,43 @@ func TestMultiQueue(t *testing.T) {
 	waitCounter(t, one, bpf.CounterRX, flows)
 	if c, _ := one.dp.Counters(); c[bpf.CounterRedirectFail] == 0 {
 		t.Errorf("no flow arrived on queue 1: the test cannot tell whether queues are served")
+	}
+}
+
+// A veth made without queue attributes reports one rx queue per possible
+// CPU but has one real queue; sockets on the others fail to bind (EINVAL).
+// The default listens on the queues it could bind.
+func TestQueuesDefaultToUsable(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	err := r.a.h.Do(func() error {
+		for _, args := range [][]string{
+			{"link", "add", "vq0", "type", "veth", "peer", "name", "vq1"},
+			{"link", "set", "vq0", "up"}, {"link", "set", "vq1", "up"},
+			{"addr", "add", "198.19.254.1/30", "dev", "vq0"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported int
+	r.a.h.Do(func() error {
+		l, err := netlink.LinkByName("vq0")
+		if err == nil {
+			reported = l.Attrs().NumRxQueues
+		}
+		return err
+	})
+	e := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: "vq0", Local: netip.MustParseAddrPort("198.19.254.1:7000"), AV: r.a.av,
+		TxCQ: r.a.tx, RxCQ: r.a.rx, BindMode: 1})
+	if e.Queues() != 1 {
+		t.Errorf("listening on %d queues (the link reports %d)", e.Queues(), reported)
+	}
+	if reported < 2 {
+		t.Logf("this machine reports %d rx queue(s): the fallback was not needed", reported)
 	}
 }

@@ -81,8 +81,8 @@ func (d *Dataplane) Attach(ifname string, mode Mode) (*Attachment, error) {
 		}
 	}
 	if id, attached := otherXDP(iface.Index); attached {
-		return nil, fmt.Errorf("attach xdpfab to %s: another XDP program (id %d) is attached; "+
-			"remove it first (ip link set dev %s xdp off): %w", ifname, id, ifname, fi.EBUSY)
+		return nil, fmt.Errorf("attach xdpfab to %s: another XDP program (id %d) is attached; remove it first "+
+			"(ip link set dev %s xdp off, or for a bpf_link: bpftool link detach, or remove its pin): %w", ifname, id, ifname, fi.EBUSY)
 	}
 	flags := link.XDPDriverMode
 	if mode == Generic {

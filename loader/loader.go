@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -134,11 +135,14 @@ func loadError(err error) error {
 	var verr *ebpf.VerifierError
 	switch {
 	case errors.Is(err, unix.EPERM):
-		return fmt.Errorf("load xdpfab dataplane: needs CAP_BPF and CAP_NET_ADMIN (run as root) (%v): %w", err, fi.EPERM)
+		return fmt.Errorf("load xdpfab dataplane: needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run as root) (%v): %w", err, fi.EPERM)
 	case errors.Is(err, ebpf.ErrMapIncompatible):
 		return fmt.Errorf("load xdpfab dataplane: a pinned map has another definition (sizes changed?); "+
 			"remove the pins or load with the same Config: %w: %w", fi.EEXIST, err)
 	case errors.As(err, &verr):
+		if strings.Contains(verr.Error(), "!root") {
+			return fmt.Errorf("load xdpfab dataplane: the verifier needs CAP_PERFMON for this program (%v): %w", verr, fi.EPERM)
+		}
 		return fmt.Errorf("load xdpfab dataplane: verifier rejected the program: %w: %+v", fi.EINVAL, verr)
 	}
 	return fmt.Errorf("load xdpfab dataplane: %w", err)

@@ -23,7 +23,8 @@ for the xdpfab CLI and unprivileged applications, and Prometheus metrics.
 
 On SIGTERM or SIGINT it exits cleanly and leaves the pinned link attached, so
 traffic keeps flowing while no agent runs; --detach-on-exit removes it instead.
-Needs CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK (or root).`,
+Needs CAP_BPF, CAP_PERFMON (the verifier refuses the program's pointer
+arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 		run: runAgent,
 	})
 }
