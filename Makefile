@@ -31,3 +31,14 @@ demo: build
 
 clean:
 	$(GO) clean -testcache
+
+# The benchmark suite (bench/, a module of its own): namespaces, XDP and
+# the libfabric peers, as root. bench regenerates docs/BENCHMARKS.md and
+# docs/bench/ (under 15 minutes); bench-quick is the smoke run (under 2
+# minutes) and writes bench/out/quick/ only.
+.PHONY: bench bench-quick
+bench:
+	bash bench/run.sh
+
+bench-quick:
+	bash bench/run.sh -quick

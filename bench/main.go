@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -47,6 +48,7 @@ var sections = []section{
 	{"pp", "3. Ping-pong latency", runPingPong},
 	{"av", "4. AV control plane", runAV},
 	{"cq", "5. Completion queue", runCQ},
+	{"scale", "6. Scaling", runScaling},
 }
 
 func main() {
@@ -57,10 +59,18 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "out", "output directory (BENCHMARKS.md, bench/*.png, bench/results.json)")
 	flag.StringVar(&cfg.prefix, "prefix", fmt.Sprintf("xfb%d", os.Getpid()), "prefix of the network namespaces created")
 	flag.StringVar(&cfg.fiav, "fiav", "", "path of the compiled libfabric AV helper (bench/fiav/fiav.c); empty skips that peer")
+	regen := flag.String("report-from", "", "only regenerate BENCHMARKS.md and the plots from this results.json")
 	cases := flag.String("cases", "", "comma-separated case keys to run within the sections (default all)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile (for looking into a result)")
 	flag.StringVar(&only, "sections", "", "comma-separated sections to run (default all): "+sectionNames())
 	flag.Parse()
+	if *regen != "" {
+		if err := reportFrom(*regen, cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (network namespaces, XDP, BPF)")
 		os.Exit(1)
@@ -137,6 +147,9 @@ func run(cfg *config, only string) error {
 	if err := r.writeJSON(filepath.Join(dir, "results.json")); err != nil {
 		return err
 	}
+	if err := writeReport(r, cfg); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("sections failed: %s", strings.Join(failed, ", "))
 	}
@@ -173,4 +186,23 @@ func kernelRelease() string {
 		return "unknown"
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// reportFrom regenerates the report from a results.json of an earlier run.
+func reportFrom(path string, cfg *config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	r := newResults(false, 0)
+	if err := json.Unmarshal(b, r); err != nil {
+		return err
+	}
+	for _, m := range r.Measurements {
+		r.byKey[m.Key] = m
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.out, "bench"), 0o755); err != nil {
+		return err
+	}
+	return writeReport(r, cfg)
 }

@@ -27,15 +27,15 @@ type measurement struct {
 
 // results is everything one run produced; it is written as JSON.
 type results struct {
-	Started      time.Time                `json:"started"`
-	Finished     time.Time                `json:"finished"`
-	Quick        bool                     `json:"quick"`
-	Reps         int                      `json:"reps"`
-	Setup        map[string]string        `json:"setup"`
-	SectionTimes map[string]float64       `json:"section_seconds"`
-	Skipped      map[string]string        `json:"skipped,omitempty"`
-	Measurements []*measurement           `json:"measurements"`
-	Notes        map[string][]string      `json:"notes,omitempty"`
+	Started      time.Time           `json:"started"`
+	Finished     time.Time           `json:"finished"`
+	Quick        bool                `json:"quick"`
+	Reps         int                 `json:"reps"`
+	Setup        map[string]string   `json:"setup"`
+	SectionTimes map[string]float64  `json:"section_seconds"`
+	Skipped      map[string]string   `json:"skipped,omitempty"`
+	Measurements []*measurement      `json:"measurements"`
+	Notes        map[string][]string `json:"notes,omitempty"`
 	byKey        map[string]*measurement
 }
 

@@ -140,10 +140,11 @@ func udpSender(h *host, from, dst netip.AddrPort, payload []byte) (genLoop, func
 // xdpfabReceiver opens an endpoint on h at local with peer in its AV. multi
 // selects FI_MULTI_RECV buffers instead of one posted receive per message.
 type xdpfabRx struct {
-	av     *av.AV
-	tx, rx *cq.CQ
-	ep     *ep.Endpoint
-	want   fi.Addr
+	av       *av.AV
+	tx, rx   *cq.CQ
+	ep       *ep.Endpoint
+	want     fi.Addr
+	contexts int
 }
 
 func openXdpfabRx(dp *loader.Dataplane, h *host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
@@ -183,6 +184,7 @@ func openXdpfabRx(dp *loader.Dataplane, h *host, local netip.AddrPort, peers []n
 		x.close()
 		return nil, err
 	}
+	x.contexts = max(1, attr.RxContexts)
 	return x, nil
 }
 
@@ -207,25 +209,27 @@ func (x *xdpfabRx) close() {
 func (x *xdpfabRx) loop(multi bool, check func(fi.Addr) bool) rxLoop {
 	return func(stop *atomic.Bool, got, bad *atomic.Uint64) error {
 		const posted = 1024
-		type slot struct{ buf []byte }
-		slots := make([]*slot, posted)
-		if multi {
-			slots = slots[:2]
+		type slot struct {
+			buf []byte
+			ctx int
 		}
-		for i := range slots {
-			size := 256
+		var slots []*slot
+		for c := range x.contexts {
+			n, size := posted/x.contexts, 256
 			if multi {
-				size = 1 << 20
+				n, size = 2, 1<<20
 			}
-			slots[i] = &slot{buf: make([]byte, size)}
+			for range n {
+				slots = append(slots, &slot{buf: make([]byte, size), ctx: c})
+			}
 		}
 		post := func(s *slot) error {
 			for {
 				var err error
 				if multi {
-					err = x.ep.RecvMsg(s.buf, fi.AddrUnspec, s, fi.MULTI_RECV)
+					err = x.ep.Rx(s.ctx).RecvMsg(s.buf, fi.AddrUnspec, s, fi.MULTI_RECV)
 				} else {
-					err = x.ep.Recv(s.buf, fi.AddrUnspec, s)
+					err = x.ep.Rx(s.ctx).Recv(s.buf, fi.AddrUnspec, s)
 				}
 				if !errors.Is(err, fi.EAGAIN) {
 					return err
@@ -240,7 +244,7 @@ func (x *xdpfabRx) loop(multi bool, check func(fi.Addr) bool) rxLoop {
 		}
 		defer func() {
 			for _, s := range slots {
-				x.ep.Cancel(s)
+				x.ep.Rx(s.ctx).Cancel(s)
 			}
 			drainCQ(x.rx)
 		}()
@@ -491,6 +495,7 @@ func runRxCapacity(r *results, cfg *config) error {
 	}
 	defer down()
 	o := cfg.rateOpts()
+	r.Setup["rx_window"], r.Setup["rx_warm"] = o.window.String(), o.warm.String()
 	dp, err := loader.Load(loader.Config{AVEntries: 1 << 16, MaxAVs: 8})
 	if err != nil {
 		return err

@@ -104,7 +104,7 @@ type fiavOut struct {
 func runAV(r *results, cfg *config) error {
 	small, bulk := 16384, 1_000_000
 	if cfg.quick {
-		small, bulk = 4096, 1 << 18
+		small, bulk = 4096, 1<<18
 	}
 	dp, err := loader.Load(loader.Config{AVEntries: avCapacity(bulk), MaxAVs: 4})
 	if err != nil {

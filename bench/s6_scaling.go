@@ -1,0 +1,145 @@
+package main
+
+// Section 6: scaling of the receive rate with the number of distinct
+// senders, the AV size, and receive contexts / rx queues. The load is the
+// in-kernel injector with the source-rewriting program (testrun.go): every
+// frame of a live test run gets the next source of a table.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// scaleAddr is the i-th sender (i < 2^24) of the scaling runs, in
+// 198.19.0.0/16 (not on the bed's subnets).
+func scaleAddr(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), uint16(2000+i>>16))
+}
+
+type scaleRun struct {
+	avSize   int // AV entries (and Go map entries)
+	senders  int // distinct sources cycled through by the injector
+	contexts int
+	queues   int
+}
+
+func runScaling(r *results, cfg *config) error {
+	senders := []int{1, 16, 256, 4096, 65536}
+	sizes := []int{1, 1000, 65536, 1_000_000}
+	if cfg.quick {
+		senders, sizes = []int{1, 65536}, []int{1, 65536}
+	}
+	bd, down, err := newBed(cfg.prefix, bedOpts{Queues: 2})
+	if err != nil {
+		return err
+	}
+	defer down()
+	o := cfg.rateOpts()
+	o.genNS = bd.b.ns
+	pass, err := retProgram(xdpPass)
+	if err != nil {
+		return err
+	}
+	defer pass.Close()
+
+	// one runs one configuration for xdpfab (FI_MULTI_RECV loop) and,
+	// when peer, for the Go recvmmsg + map receiver.
+	one := func(key string, sr scaleRun, peer bool, lbl map[string]string) error {
+		dp, err := loader.Load(loader.Config{AVEntries: avCapacity(sr.avSize), MaxAVs: 4})
+		if err != nil {
+			return err
+		}
+		defer dp.Close()
+		all := make([]netip.AddrPort, sr.avSize)
+		for i := range all {
+			all[i] = scaleAddr(i)
+		}
+		rng := rand.New(rand.NewPCG(uint64(sr.avSize), uint64(sr.senders)))
+		perm := rng.Perm(sr.avSize)
+		srcs := make([]netip.AddrPort, sr.senders)
+		for i := range srcs {
+			if sr.senders < sr.avSize {
+				srcs[i] = all[perm[i]]
+			} else {
+				srcs[i] = all[i%sr.avSize]
+			}
+		}
+		local := netip.AddrPortFrom(bd.b.v4, rxPort)
+		base := buildFrame(frameSpec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: srcs[0], Dst: local,
+			Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen), NoUDPCsum: true})
+		table := rewriteTable(base, srcs)
+		for i := range table {
+			table[i].RxCtx = uint8(i % sr.contexts)
+		}
+		measureOne := func(name string, tail *ebpf.Program, rx rxLoop) error {
+			rw, err := newRewriter(false, table, tail)
+			if err != nil {
+				return err
+			}
+			defer rw.Close()
+			var vals []float64
+			for range cfg.reps {
+				v, err := measureRate(cfg, o, rx, injector(bd.b, rw.prog, base, sr.queues))
+				if err != nil {
+					return err
+				}
+				if v.bad > 0 {
+					return fmt.Errorf("%s: %d deliveries with a wrong source", name, v.bad)
+				}
+				vals = append(vals, v.mpps)
+			}
+			m := r.add("scale", key+"/"+name, "Mpps", vals, lbl)
+			fmt.Printf("  %-28s %-9s %6.3f Mpps (min %.3f max %.3f)\n", key, name, m.Median, m.Min, m.Max)
+			return nil
+		}
+		x, err := openXdpfabRx(dp, bd.b, local, all, func(a *ep.Attr) {
+			a.RxContexts, a.Queues = sr.contexts, sr.queues
+		})
+		if err != nil {
+			return err
+		}
+		n := fi.Addr(sr.avSize)
+		err = measureOne("xdpfab", dp.Program, x.loop(true, func(a fi.Addr) bool { return a < n }))
+		x.close()
+		if err != nil || !peer {
+			return err
+		}
+		loop, closeRx, err := udpReceiver(bd.b, local, all, true)
+		if err != nil {
+			return err
+		}
+		defer closeRx()
+		return measureOne("udp-mmsg", nil, loop)
+	}
+
+	for _, k := range senders {
+		key := fmt.Sprintf("scale/senders/%d", k)
+		if err := one(key, scaleRun{avSize: k, senders: k, contexts: 1, queues: 1}, true,
+			map[string]string{"senders": fmt.Sprint(k), "av": fmt.Sprint(k)}); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	for _, n := range sizes {
+		key := fmt.Sprintf("scale/avsize/%s", sizeName(n))
+		k := min(n, 65536)
+		if err := one(key, scaleRun{avSize: n, senders: k, contexts: 1, queues: 1}, true,
+			map[string]string{"senders": fmt.Sprint(k), "av": fmt.Sprint(n)}); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	for _, cq := range [][2]int{{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}} {
+		key := fmt.Sprintf("scale/ctx%d-q%d", cq[0], cq[1])
+		if err := one(key, scaleRun{avSize: 256, senders: 256, contexts: cq[0], queues: cq[1]}, false,
+			map[string]string{"contexts": fmt.Sprint(cq[0]), "queues": fmt.Sprint(cq[1])}); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	return nil
+}
