@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/client"
@@ -62,6 +63,7 @@ type Agent struct {
 	avs     map[string]*av.AV // named AVs the agent has open
 	clients map[*conn]struct{}
 
+	ro          []*ebpf.Map // read-only map handles handed to applications
 	ln          *net.UnixListener
 	http        *http.Server
 	metricsAddr string
@@ -173,6 +175,9 @@ func (a *Agent) close(detach bool) error {
 	}
 	a.mu.Unlock()
 	a.mu.Lock()
+	for _, m := range a.ro {
+		errs = append(errs, m.Close())
+	}
 	for name, v := range a.avs {
 		errs = append(errs, v.Close())
 		delete(a.avs, name)
@@ -189,6 +194,25 @@ func (a *Agent) close(detach bool) error {
 		errs = append(errs, a.dp.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// roFDs returns the descriptors of read-only map handles, opened once and
+// duplicated for each application by SCM_RIGHTS.
+func (a *Agent) roFDs() ([]int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ro == nil {
+		ro, err := a.dp.ReadOnlyFDs()
+		if err != nil {
+			return nil, err
+		}
+		a.ro = ro
+	}
+	fds := make([]int, len(a.ro))
+	for i, m := range a.ro {
+		fds[i] = m.FD()
+	}
+	return fds, nil
 }
 
 // listen opens the control socket with the configured permissions.

@@ -49,7 +49,7 @@ func TestAppChild(t *testing.T) {
 		fail(err)
 		return
 	}
-	dp, a, err := client.OpenAV(os.Getenv("XDPFAB_PIN_ROOT"), "job")
+	dp, a, err := c.OpenAV("job")
 	if err != nil {
 		fail(err)
 		return

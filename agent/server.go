@@ -189,6 +189,9 @@ func (a *Agent) dispatch(cn *conn, req *client.Request) (any, []int, error) {
 			return nil, nil, err
 		}
 		return nil, nil, a.epClose(cn, args.ID)
+	case client.OpMapsOpen:
+		fds, err := a.roFDs()
+		return nil, fds, err
 	case client.OpEPReport:
 		var args client.EPReportArgs
 		if err := decode(&args); err != nil {

@@ -70,16 +70,34 @@ func firstRx(a ep.Attr) *cq.CQ {
 	return a.RxCQ
 }
 
-// OpenAV opens a read-only view of the node's named AV from the agent's
-// pinned maps (pinRoot: the agent's --pin-root), for endpoints to resolve
-// destinations and for lookups without a round trip to the agent. Writes go
-// through the agent (AVInsert, AVRemove, ...). Close the Dataplane after
-// the AV.
-func OpenAV(pinRoot, name string) (*loader.Dataplane, *av.AV, error) {
+// OpenAV opens a read-only view of the node's named AV on map descriptors
+// the agent hands over, for endpoints to resolve destinations and for
+// lookups without a round trip to the agent. Writes go through the agent
+// (AVInsert, AVRemove, ...). Close the Dataplane after the AV.
+func (c *Client) OpenAV(name string) (*loader.Dataplane, *av.AV, error) {
+	fds, err := c.Call(OpMapsOpen, nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	dp, err := loader.FromFDs(fds)
+	if err != nil {
+		return nil, nil, err
+	}
+	return openAV(dp, name)
+}
+
+// OpenAVPinned is OpenAV through the agent's pins (pinRoot: its
+// --pin-root), for a process that can reach them (see
+// loader.ShareWithGroup) and wants no agent connection.
+func OpenAVPinned(pinRoot, name string) (*loader.Dataplane, *av.AV, error) {
 	dp, err := loader.OpenPinned(pinRoot)
 	if err != nil {
 		return nil, nil, err
 	}
+	return openAV(dp, name)
+}
+
+func openAV(dp *loader.Dataplane, name string) (*loader.Dataplane, *av.AV, error) {
 	a, err := av.Open(dp, &av.Attr{Name: name, Flags: fi.READ})
 	if err != nil {
 		dp.Close()

@@ -289,6 +289,11 @@ type NeighUseArgs struct {
 	IP      netip.Addr `json:"ip"`
 }
 
+// OpMapsOpen returns read-only descriptors of the node's maps
+// (loader.ReadOnlyMaps order): how an application reads named AVs when it
+// cannot reach the pins.
+const OpMapsOpen = "maps.open"
+
 // OpEPReport carries an application endpoint's CQ statistics to the agent
 // for its metrics.
 const OpEPReport = "ep.report"

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
 )
 
 // OpenPinned opens the maps a node's agent pinned under pinRoot, read-only
@@ -70,4 +71,53 @@ func (d *Dataplane) ShareWithGroup(gid int) error {
 		return fmt.Errorf("loader: share pins with group %d: %w", gid, err)
 	}
 	return nil
+}
+
+// ReadOnlyMaps is the order of the map descriptors FromFDs takes and the
+// agent hands out (client.OpenAV).
+var ReadOnlyMaps = []string{bpf.MapAV, bpf.MapAVRev, bpf.MapAVMeta, bpf.MapAuthKey, bpf.MapEP, bpf.MapStats}
+
+// ReadOnlyFDs opens read-only handles on the dataplane's maps, in
+// ReadOnlyMaps order, for handing to applications (close them after).
+func (d *Dataplane) ReadOnlyFDs() ([]*ebpf.Map, error) {
+	if !d.pinned {
+		return nil, fmt.Errorf("loader: read-only handles need a pinned dataplane: %w", fi.EINVAL)
+	}
+	var out []*ebpf.Map
+	for _, name := range ReadOnlyMaps {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(d.cfg.PinRoot, "maps", name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("loader: read-only %s: %w", name, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// FromFDs makes a read-only Dataplane from map descriptors in ReadOnlyMaps
+// order (received from the agent), for an application that cannot reach
+// the pins. It takes the descriptors over. Without the pin root it has no
+// cross-process lock: readers see changes once their writer finished them.
+func FromFDs(fds []int) (*Dataplane, error) {
+	if len(fds) != len(ReadOnlyMaps) {
+		return nil, fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
+	}
+	d := &Dataplane{pinned: true}
+	dst := []**ebpf.Map{&d.AV, &d.AVRev, &d.AVMeta, &d.AuthKey, &d.EP, &d.Stats}
+	for i, fd := range fds {
+		m, err := ebpf.NewMapFromFD(fd)
+		if err != nil {
+			d.Close()
+			for _, rest := range fds[i:] {
+				unix.Close(rest)
+			}
+			return nil, fmt.Errorf("loader: map descriptor %d: %w", i, err)
+		}
+		*dst[i] = m
+	}
+	d.cfg.AVEntries, d.cfg.MaxAVs = d.AV.MaxEntries(), d.AVMeta.MaxEntries()
+	return d, nil
 }
