@@ -31,6 +31,21 @@ func linePlot(path, title, xlabel, ylabel string, logX, logY bool, ss []series) 
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	// A log axis needs a positive range: fall back to linear when the
+	// points do not span one.
+	distinct := map[float64]bool{}
+	for _, s := range ss {
+		for j, x := range s.xs {
+			if j < len(s.ys) && !math.IsNaN(s.ys[j]) {
+				distinct[x] = true
+			}
+		}
+	}
+	if len(distinct) < 2 {
+		p.X.Scale, p.X.Tick.Marker = plot.LinearScale{}, plot.DefaultTicks{}
+		p.Y.Scale, p.Y.Tick.Marker = plot.LinearScale{}, plot.DefaultTicks{}
+		logY = false
+	}
 	for i, s := range ss {
 		var pts plotter.XYs
 		for j := range s.xs {

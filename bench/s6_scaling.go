@@ -74,6 +74,10 @@ func runScaling(r *results, cfg *config) error {
 		local := netip.AddrPortFrom(bd.b.v4, rxPort)
 		base := buildFrame(frameSpec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: srcs[0], Dst: local,
 			Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen), NoUDPCsum: true})
+		// The rewriter cycles through a power-of-two table.
+		for len(srcs)&(len(srcs)-1) != 0 {
+			srcs = append(srcs, srcs[len(srcs)%sr.senders])
+		}
 		table := rewriteTable(base, srcs)
 		for i := range table {
 			table[i].RxCtx = uint8(i % sr.contexts)
