@@ -22,6 +22,7 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 )
@@ -186,25 +187,13 @@ func insert(a *av.AV, p netip.AddrPort) fi.Addr {
 	return out[0]
 }
 
-// wait spins on q (manual progress: the read drives the endpoint) until
-// one completion arrives.
+// wait is pingpong.Wait with an error completion as an error.
 func wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, error) {
-	var e [1]cq.Entry
-	var src [1]fi.Addr
-	for i := 0; ; i++ {
-		n, err := q.ReadFrom(e[:], src[:])
-		if n == 1 {
-			return e[0], src[0], nil
-		}
-		if errors.Is(err, fi.EAVAIL) {
-			var ee cq.ErrEntry
-			q.ReadErr(&ee)
-			return cq.Entry{}, 0, fmt.Errorf("error completion: %w", ee.Err)
-		}
-		if i%4096 == 0 && ctx.Err() != nil {
-			return cq.Entry{}, 0, ctx.Err()
-		}
+	e, src, ee, err := pingpong.Wait(ctx, q)
+	if err == nil && ee != nil {
+		err = fmt.Errorf("error completion: %w", ee.Err)
 	}
+	return e, src, err
 }
 
 func sendRetry(ctx context.Context, e *ep.Endpoint, buf []byte, to fi.Addr) error {

@@ -110,9 +110,9 @@ func (s *session) close() {
 	}
 }
 
-// wait spins on q until a completion (manual progress: the read drives the
-// endpoint). An error completion comes back as *cq.ErrEntry.
-func wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error) {
+// Wait spins on q until a completion (manual progress: the read drives the
+// endpoint) or ctx ends. An error completion comes back as *cq.ErrEntry.
+func Wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error) {
 	var e [1]cq.Entry
 	var src [1]fi.Addr
 	for i := 0; ; i++ {
@@ -164,7 +164,7 @@ func Server(ctx context.Context, w io.Writer, o Options) error {
 		if err := s.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
 			return err
 		}
-		e, src, ee, err := wait(ctx, s.rx)
+		e, src, ee, err := Wait(ctx, s.rx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -227,7 +227,7 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 			if err := send(ctx, s, msg, peer); err != nil {
 				return err
 			}
-			if _, _, ee, err := wait(ctx, s.rx); err != nil || ee != nil {
+			if _, _, ee, err := Wait(ctx, s.rx); err != nil || ee != nil {
 				if err == nil {
 					err = ee.Err
 				}
