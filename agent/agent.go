@@ -62,6 +62,7 @@ type Agent struct {
 	mu      sync.Mutex
 	avs     map[string]*av.AV // named AVs the agent has open
 	clients map[*conn]struct{}
+	serving sync.WaitGroup // connection goroutines, which release endpoints
 
 	ro          []*ebpf.Map // read-only map handles handed to applications
 	ln          *net.UnixListener
@@ -174,6 +175,7 @@ func (a *Agent) close(detach bool) error {
 		c.c.Close()
 	}
 	a.mu.Unlock()
+	a.serving.Wait() // their endpoints are released before the maps go
 	a.mu.Lock()
 	for _, m := range a.ro {
 		errs = append(errs, m.Close())

@@ -38,8 +38,12 @@ func (a *Agent) accept() error {
 		}
 		a.mu.Lock()
 		a.clients[cn] = struct{}{}
+		a.serving.Add(1)
 		a.mu.Unlock()
-		go a.serve(cn)
+		go func() {
+			defer a.serving.Done()
+			a.serve(cn)
+		}()
 	}
 }
 
