@@ -185,7 +185,7 @@ func ipHeaderLen(a netip.Addr) int {
 func (e *Endpoint) openSockets(ifindex int) error {
 	cfg := e.dev.sockConfig(&e.attr, e.attr.Logger)
 	for c := range len(e.attr.RxCQs) {
-		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64)}
+		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues)}
 		e.rx = append(e.rx, rc)
 		for q := range e.queues {
 			s, err := dataplane.Open(ifindex, q, e.umem, cfg)
@@ -376,6 +376,7 @@ func (e *Endpoint) Close() error {
 		for _, f := range rc.parked {
 			rc.release(f)
 		}
+		rc.flush()
 		rc.parked = nil
 	}
 	e.closeSockets()

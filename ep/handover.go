@@ -168,7 +168,7 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 	e.umem = e.dev.umem
 	undo.add(func() { releaseDevice(e.dev) })
 	for c := range info.RxContexts {
-		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64)}
+		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues)}
 		e.rx = append(e.rx, rc)
 		for q := range e.queues {
 			i := c*e.queues + q

@@ -28,6 +28,7 @@ type rxCtx struct {
 	msgs   []recvOp // posted FI_MSG receives, in order
 	tagged []recvOp // posted FI_TAGGED receives, in order
 	parked []frameRef
+	refill [][]uint64 // per queue: frames to give back to its fill ring
 	descs  []dataplane.Desc
 	raw    [fi.SockaddrIn6Len]byte
 }
@@ -156,7 +157,7 @@ func (c *rxCtx) cancel(ctx any) error {
 			}
 			c.cq.Write(&cq.Completion{Entry: cq.Entry{OpContext: ctx, Flags: flags}, Src: fi.AddrNotAvail, Err: fi.ECANCELED})
 			c.cq.Commit()
-			*q = append((*q)[:i], (*q)[i+1:]...)
+			removeOp(q, i)
 			return nil
 		}
 	}
@@ -180,6 +181,7 @@ func (c *rxCtx) progress() {
 		return // another goroutine is at it
 	}
 	defer c.mu.Unlock()
+	defer c.flush()
 	if c.ep.closed.Load() {
 		return
 	}
@@ -230,6 +232,7 @@ func (c *rxCtx) drainParked() error {
 	clear(c.parked[len(kept):])
 	c.parked = kept
 	c.cq.Commit()
+	c.flush()
 	return nil
 }
 
@@ -294,10 +297,21 @@ func (c *rxCtx) deliver(f frameRef) bool {
 	}
 	c.cq.Write(&comp)
 	if done {
-		*q = append((*q)[:i], (*q)[i+1:]...)
+		removeOp(q, i)
 	}
 	c.release(f)
 	return true
+}
+
+// removeOp removes posted receive i. The first is the common case (FIFO
+// matching) and costs a reslice; others shift the ones after them.
+func removeOp(q *[]recvOp, i int) {
+	(*q)[i] = recvOp{}
+	if i == 0 {
+		*q = (*q)[1:]
+		return
+	}
+	*q = append((*q)[:i], (*q)[i+1:]...)
 }
 
 // match returns the first posted receive the message matches.
@@ -336,8 +350,17 @@ func (c *rxCtx) rawSource(pkt []byte, m bpf.Meta) []byte {
 	return fi.EncodeSockaddr(c.raw[:0], ap)
 }
 
-// release returns a frame to its queue's fill ring.
+// release queues a frame for its queue's fill ring; flush hands the queued
+// frames over, one ring update per queue. The caller holds c.mu.
 func (c *rxCtx) release(f frameRef) {
-	addr := [1]uint64{c.ep.umem.FrameAddr(f.addr)}
-	c.ep.dev.refill(f.q, addr[:])
+	c.refill[f.q] = append(c.refill[f.q], c.ep.umem.FrameAddr(f.addr))
+}
+
+func (c *rxCtx) flush() {
+	for q, addrs := range c.refill {
+		if len(addrs) > 0 {
+			c.ep.dev.refill(q, addrs)
+			c.refill[q] = addrs[:0]
+		}
+	}
 }
