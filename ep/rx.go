@@ -304,11 +304,16 @@ func (c *rxCtx) deliver(f frameRef) bool {
 }
 
 // removeOp removes posted receive i. The first is the common case (FIFO
-// matching) and costs a reslice; others shift the ones after them.
+// matching) and costs a reslice; others shift the ones after them. An
+// emptied queue keeps its array, so posting again does not allocate.
 func removeOp(q *[]recvOp, i int) {
 	(*q)[i] = recvOp{}
 	if i == 0 {
-		*q = (*q)[1:]
+		if len(*q) == 1 {
+			*q = (*q)[:0]
+		} else {
+			*q = (*q)[1:]
+		}
 		return
 	}
 	*q = append((*q)[:i], (*q)[i+1:]...)

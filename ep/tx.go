@@ -115,6 +115,14 @@ func (e *Endpoint) TSendMsg(buf []byte, dest fi.Addr, tag, data uint64, ctx any,
 // offers nothing stronger; fi.DELIVERY_COMPLETE is not available.
 func (e *Endpoint) TxCompletion() fi.Flags { return e.attr.OpFlags }
 
+// The transmit path's EAGAIN errors are made once: a caller retrying a
+// busy send must not allocate per attempt.
+var (
+	errTxCQFull   = fmt.Errorf("ep send: transmit CQ full, read it: %w", fi.EAGAIN)
+	errNoFrame    = fmt.Errorf("ep send: no free transmit frame: %w", fi.EAGAIN)
+	errTxRingFull = fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
+)
+
 const sendFlags = fi.REMOTE_CQ_DATA | fi.INJECT | fi.MORE | fi.INJECT_COMPLETE | fi.TRANSMIT_COMPLETE
 
 // decode splits dest into AV index, receive context and peer group:
@@ -181,11 +189,11 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	defer t.mu.Unlock()
 	t.reclaim()
 	if report && len(e.waiting) > 0 {
-		return fmt.Errorf("ep send: transmit CQ full, read it: %w", fi.EAGAIN)
+		return errTxCQFull
 	}
 	if t.alloc() == 0 {
 		t.kick()
-		return fmt.Errorf("ep send: no free transmit frame: %w", fi.EAGAIN)
+		return errNoFrame
 	}
 	addr := t.addrs[0]
 	spec := frame.Spec{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf}
@@ -194,7 +202,7 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	if t.s.Transmit(t.descs) != 1 {
 		t.umem.Free(addr)
 		t.kick()
-		return fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
+		return errTxRingFull
 	}
 	t.pending++
 	t.outstanding++
