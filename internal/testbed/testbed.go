@@ -181,8 +181,15 @@ func build(opts Options, cleanup func(func())) (*Bed, error) {
 			}
 		}
 	}
+	active := []*NS{}
 	for _, h := range bed.Hosts {
-		if err := h.waitActive(); err != nil {
+		active = append(active, h.NS)
+	}
+	if bed.Bridge != nil {
+		active = append(active, bed.Bridge)
+	}
+	for _, ns := range active {
+		if err := ns.waitActive(); err != nil {
 			return nil, err
 		}
 	}
@@ -301,35 +308,55 @@ func (h *Host) configure() error {
 	})
 }
 
-// waitActive waits until the kernel's link watch has activated the host's
-// interface: until then it keeps the noop qdisc, which drops every frame
-// (under load that lasts beyond a second), so a test's first datagrams
-// would vanish.
-func (h *Host) waitActive() error {
-	return h.Do(func() error {
+// waitActive waits until the kernel's link watch has activated every link
+// of the namespace but loopback: until then a link keeps the noop qdisc,
+// which drops every frame it should send (under load that lasts beyond a
+// second), so a test's first datagrams would vanish. A bridge's ports
+// count as much as the hosts' links.
+func (ns *NS) waitActive() error {
+	return ns.Do(func() error {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			l, err := netlink.LinkByName(h.Link)
+			pending, err := inactiveLinks()
 			if err != nil {
 				return err
 			}
-			qs, err := netlink.QdiscList(l)
-			if err != nil {
-				return err
-			}
-			noop := false
-			for _, q := range qs {
-				noop = noop || q.Type() == "noop"
-			}
-			if l.Attrs().OperState == netlink.OperUp && !noop {
+			if pending == "" {
 				return nil
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s in %s not active after 10 s (state %s)", h.Link, h.Name(), l.Attrs().OperState)
+				return fmt.Errorf("%s in %s not active after 10 s", pending, ns.Name())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
+}
+
+// inactiveLinks names a link of the thread's namespace that is not up or
+// still has the noop qdisc, or returns "".
+func inactiveLinks() (string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			return "", err
+		}
+		for _, q := range qs {
+			if q.Type() == "noop" {
+				return l.Attrs().Name + " (noop qdisc)", nil
+			}
+		}
+		if st := l.Attrs().OperState; st != netlink.OperUp && st != netlink.OperUnknown {
+			return fmt.Sprintf("%s (%s)", l.Attrs().Name, st), nil
+		}
+	}
+	return "", nil
 }
 
 func (h *Host) addNeighbors() error {
