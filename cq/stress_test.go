@@ -316,7 +316,9 @@ func TestSignalRacesSRead(t *testing.T) {
 	}
 	for _, w := range blockingWaits {
 		t.Run(w.String(), func(t *testing.T) {
-			q := mustOpen(t, Attr{WaitObj: w, Format: FORMAT_DATA})
+			// Room for every entry: Push has no back-pressure, and slow
+			// consumers (a loaded machine) must not overrun the CQ.
+			q := mustOpen(t, Attr{WaitObj: w, Format: FORMAT_DATA, Size: 8192})
 			eagain := make(chan struct{}, 16)
 			var consWG sync.WaitGroup
 			var got atomic.Int64
