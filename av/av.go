@@ -152,27 +152,32 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 	return a, nil
 }
 
-// adopt opens an existing named AV, whose attributes win over attr's, but
-// for the per-opener flags (FI_EVENT, FI_READ).
+// adopt opens an existing named AV. Its stored attributes win: a writer
+// must ask for the same shape (FI_AV_USER_ID, FI_SYMMETRIC, rx_ctx_bits,
+// address format) or fail with EINVAL; a reader (FI_READ) cannot change
+// the AV and takes whatever shape it has. The per-opener flags (FI_EVENT,
+// FI_READ) are the opener's. attr reports the AV as opened.
 func (a *AV) adopt(id uint32, m bpf.AVMeta, attr *Attr) (*AV, error) {
 	const shape = fi.AV_USER_ID | fi.SYMMETRIC
-	if fi.Flags(m.Flags)&shape != attr.Flags&shape {
-		return nil, fmt.Errorf("av open %q: exists with flags %v, asked for %v: %w",
-			attr.Name, fi.Flags(m.Flags)&shape, attr.Flags&shape, fi.EINVAL)
-	}
-	if attr.RxCtxBits != int(m.RxCtxBits) {
-		return nil, fmt.Errorf("av open %q: exists with rx_ctx_bits %d: %w", attr.Name, m.RxCtxBits, fi.EINVAL)
-	}
-	if f := fi.AddrFormat(m.AddrFormat); attr.AddrFormat != fi.FormatUnspec && attr.AddrFormat != f {
-		return nil, fmt.Errorf("av open %q: exists with address format %v: %w", attr.Name, f, fi.EINVAL)
+	stored, format := fi.Flags(m.Flags)&shape, fi.AddrFormat(m.AddrFormat)
+	if attr.Flags&fi.READ == 0 {
+		switch {
+		case stored != attr.Flags&shape:
+			return nil, fmt.Errorf("av open %q: exists with flags %v, asked for %v: %w",
+				attr.Name, stored, attr.Flags&shape, fi.EINVAL)
+		case attr.RxCtxBits != int(m.RxCtxBits):
+			return nil, fmt.Errorf("av open %q: exists with rx_ctx_bits %d: %w", attr.Name, m.RxCtxBits, fi.EINVAL)
+		case attr.AddrFormat != fi.FormatUnspec && attr.AddrFormat != format:
+			return nil, fmt.Errorf("av open %q: exists with address format %v: %w", attr.Name, format, fi.EINVAL)
+		}
 	}
 	a.id = id
-	a.attr.Type = Type(m.Type)
-	a.attr.AddrFormat = fi.AddrFormat(m.AddrFormat)
+	a.attr.Type, a.attr.AddrFormat, a.attr.RxCtxBits = Type(m.Type), format, int(m.RxCtxBits)
+	a.attr.Flags = a.attr.Flags&^shape | stored
 	if err := a.load(m); err != nil {
 		return nil, err
 	}
-	attr.Type, attr.AddrFormat, attr.MapAddr = a.attr.Type, a.attr.AddrFormat, 0
+	attr.Type, attr.AddrFormat, attr.RxCtxBits, attr.Flags, attr.MapAddr = a.attr.Type, format, a.attr.RxCtxBits, a.attr.Flags, 0
 	return a, nil
 }
 

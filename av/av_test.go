@@ -764,9 +764,22 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	if ap, err := w.LookupAddr(2); err != nil || ap != peer(9) {
 		t.Errorf("first opener sees %v %v", ap, err)
 	}
-	// Attributes of an existing named AV must agree.
+	// A writer must ask for the existing shape; a reader takes it.
 	if _, err := av.Open(dp, &av.Attr{Name: "ro-test", Flags: fi.AV_USER_ID}); !errors.Is(err, fi.EINVAL) {
 		t.Errorf("reopen with other flags: %v", err)
+	}
+	shaped := openAV(t, dp, av.Attr{Name: "shaped", Flags: fi.AV_USER_ID, RxCtxBits: 3})
+	ra := av.Attr{Name: "shaped", Flags: fi.READ}
+	rs, err := av.Open(dp, &ra)
+	if err != nil {
+		t.Fatalf("read-only open of an AV with user IDs and rx_ctx_bits: %v", err)
+	}
+	if ra.Flags != fi.READ|fi.AV_USER_ID || ra.RxCtxBits != 3 || rs.Attr().Flags&fi.AV_USER_ID == 0 || rs.Attr().RxCtxBits != 3 {
+		t.Errorf("read-only open reports %v / %d, AV has %v / %d", ra.Flags, ra.RxCtxBits, shaped.Attr().Flags, shaped.Attr().RxCtxBits)
+	}
+	rs.Close()
+	if err := av.Destroy(dp, "shaped"); err != nil {
+		t.Errorf("destroy an AV with user IDs: %v", err)
 	}
 	if err := av.Destroy(dp, "ro-test"); err != nil {
 		t.Fatal(err)
