@@ -54,17 +54,17 @@ type Config struct {
 
 // Agent is a running agent.
 type Agent struct {
-	cfg  Config
-	log  *slog.Logger
-	dp   *loader.Dataplane
-	atts []*loader.Attachment
+	cfg Config
+	log *slog.Logger
+	dp  *loader.Dataplane
 
 	mu      sync.Mutex
 	avs     map[string]*av.AV // named AVs the agent has open
 	clients map[*conn]struct{}
 	serving sync.WaitGroup // connection goroutines, which release endpoints
 
-	ro          []*ebpf.Map // read-only map handles handed to applications
+	ro          []*ebpf.Map          // read-only map handles handed to applications
+	atts        []*loader.Attachment // guarded by mu
 	ln          *net.UnixListener
 	http        *http.Server
 	metricsAddr string
@@ -132,9 +132,7 @@ func (a *Agent) recover() error {
 	if err := a.dp.AVMeta.Lookup(uint32(0), &g); err != nil {
 		return fmt.Errorf("agent: read dataplane state: %w", err)
 	}
-	if g.Generation > 0 {
-		a.restarts = g.Generation // slot 0's generation counts agent starts
-	}
+	a.restarts = g.Generation // slot 0's generation counts agent starts
 	g.Generation++
 	if err := a.dp.AVMeta.Put(uint32(0), &g); err != nil {
 		return fmt.Errorf("agent: write dataplane state: %w", err)
@@ -146,19 +144,31 @@ func (a *Agent) recover() error {
 // Run serves until ctx ends, then stops: the control socket closes, client
 // endpoints are released, and the XDP link stays unless DetachOnExit.
 func (a *Agent) Run(ctx context.Context) error {
-	go a.gcLoop(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- a.accept() }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		a.gcLoop(ctx)
+	}()
+	acceptDone := make(chan error, 1)
+	go func() { acceptDone <- a.accept() }()
+	var err error
 	select {
 	case <-ctx.Done():
 		a.log.Info("stopping", "detach", a.cfg.DetachOnExit)
-		return a.close(a.cfg.DetachOnExit)
-	case err := <-errc:
-		a.close(a.cfg.DetachOnExit)
-		return err
+		a.ln.Close()
+		err = <-acceptDone
+	case err = <-acceptDone:
 	}
+	// No new connection and no garbage collection from here on.
+	cancel()
+	<-gcDone
+	return errors.Join(err, a.close(a.cfg.DetachOnExit))
 }
 
+// close releases everything. Connections are closed and their goroutines
+// waited for (they release their endpoints) before the maps go.
 func (a *Agent) close(detach bool) error {
 	var errs []error
 	if a.http != nil {
@@ -167,7 +177,7 @@ func (a *Agent) close(detach bool) error {
 		cancel()
 	}
 	if a.ln != nil {
-		errs = append(errs, a.ln.Close())
+		a.ln.Close() // again after Run: harmless
 		os.Remove(a.cfg.Socket)
 	}
 	a.mu.Lock()
@@ -184,8 +194,10 @@ func (a *Agent) close(detach bool) error {
 		errs = append(errs, v.Close())
 		delete(a.avs, name)
 	}
+	atts := a.atts
+	a.atts = nil
 	a.mu.Unlock()
-	for _, att := range a.atts {
+	for _, att := range atts {
 		if detach {
 			errs = append(errs, att.Detach())
 		} else {

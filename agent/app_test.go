@@ -245,7 +245,8 @@ func TestUnprivilegedApp(t *testing.T) {
 	if eps := n.endpoints(); eps != 0 {
 		t.Errorf("%d endpoints left after the application was killed", eps)
 	}
-	// Its slot is free: the next application gets the same address.
+	// Its address and slots are free: the next application binds the same
+	// address (a leftover endpoint-table entry would make that EADDRINUSE).
 	cmd, out = run("close")
 	check(out)
 	cmd.Wait()

@@ -64,13 +64,24 @@ func (a *Agent) avCreate(args client.AVCreateArgs) (client.AVInfo, error) {
 		a.avs[args.Name] = v
 	}
 	a.mu.Unlock()
-	return a.avList(args.Name, false)
+	return a.avInfo(args.Name)
 }
+
+// MaxPerCall bounds the addresses of one insert request, so that its reply
+// (an fi_addr and errno each) always fits one message. client.AVInsert
+// splits larger inserts into FI_MORE batches.
+const maxPerCall = 16384
+
+// listPage bounds one page of av.list: an entry is about 130 bytes of JSON.
+const listPage = 4096
 
 func (a *Agent) avInsert(args client.AVInsertArgs) (client.InsertResult, error) {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return client.InsertResult{}, err
+	}
+	if len(args.Addrs) > maxPerCall {
+		return client.InsertResult{}, fmt.Errorf("av insert: %d addresses in one request, at most %d: %w", len(args.Addrs), maxPerCall, fi.EINVAL)
 	}
 	if args.UserIDs != nil && len(args.UserIDs) != len(args.Addrs) {
 		return client.InsertResult{}, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(args.UserIDs), len(args.Addrs), fi.EINVAL)
@@ -117,8 +128,9 @@ func (a *Agent) avInsertSym(args client.AVInsertSymArgs) (client.InsertResult, e
 		return client.InsertResult{}, err
 	}
 	nodes, svcs := max(args.NodeCnt, 1), max(args.SvcCnt, 1)
-	if nodes*svcs > 1<<20 {
-		return client.InsertResult{}, fmt.Errorf("av insertsym: %d addresses: %w", nodes*svcs, fi.EINVAL)
+	if nodes > maxPerCall || svcs > maxPerCall || nodes*svcs > maxPerCall {
+		return client.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
+			nodes, svcs, maxPerCall, fi.EINVAL)
 	}
 	r := client.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
 	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SYNC_ERR, r.Errnos)
@@ -142,37 +154,56 @@ func (a *Agent) avLookup(args client.AVLookupArgs) (client.AVEntry, error) {
 	if err != nil {
 		return client.AVEntry{}, err
 	}
-	ap, err := v.LookupAddr(args.FiAddr)
+	x, err := v.EntryAt(args.FiAddr)
 	if err != nil {
 		return client.AVEntry{}, err
 	}
-	e := client.AVEntry{FiAddr: args.FiAddr, Addr: ap, Str: fi.FormatAddrStr(ap), UserID: fi.AddrNotAvail}
-	if list, err := v.Entries(); err == nil {
-		for _, x := range list {
-			if x.Addr == args.FiAddr {
-				e.UserID, e.Refs = x.UserID, x.Refs
-			}
-		}
-	}
-	return e, nil
+	return toEntry(x), nil
 }
 
-func (a *Agent) avList(name string, withEntries bool) (client.AVInfo, error) {
+func toEntry(x av.Entry) client.AVEntry {
+	return client.AVEntry{FiAddr: x.Addr, Addr: x.Peer, Str: fi.FormatAddrStr(x.Peer), UserID: x.UserID, Refs: x.Refs}
+}
+
+// avInfo describes a named AV without its entries.
+func (a *Agent) avInfo(name string) (client.AVInfo, error) {
 	v, err := a.namedAV(name)
 	if err != nil {
 		return client.AVInfo{}, err
 	}
+	return describe(name, v)
+}
+
+func describe(name string, v *av.AV) (client.AVInfo, error) {
 	attr := v.Attr()
 	info := client.AVInfo{Name: name, ID: v.ID(), Type: strings.ToLower(strings.TrimPrefix(attr.Type.String(), "FI_AV_")), Flags: attr.Flags}
+	var err error
+	info.Entries, err = v.Len()
+	return info, err
+}
+
+// avList is one page of an AV's entries (client.AVList fetches them all).
+func (a *Agent) avList(args client.AVListArgs) (client.AVInfo, error) {
+	v, err := a.namedAV(args.Name)
+	if err != nil {
+		return client.AVInfo{}, err
+	}
+	info, err := describe(args.Name, v)
+	if err != nil {
+		return info, err
+	}
+	if args.Limit <= 0 || args.Limit > listPage {
+		args.Limit = listPage
+	}
 	list, err := v.Entries()
 	if err != nil {
 		return info, err
 	}
-	info.Entries = len(list)
-	if withEntries {
-		for _, x := range list {
-			info.List = append(info.List, client.AVEntry{FiAddr: x.Addr, Addr: x.Peer, Str: fi.FormatAddrStr(x.Peer), UserID: x.UserID, Refs: x.Refs})
-		}
+	if args.Offset < 0 || args.Offset > len(list) {
+		return info, fmt.Errorf("av list: offset %d of %d entries: %w", args.Offset, len(list), fi.EINVAL)
+	}
+	for _, x := range list[args.Offset:min(len(list), args.Offset+args.Limit)] {
+		info.List = append(info.List, toEntry(x))
 	}
 	return info, nil
 }
@@ -198,18 +229,16 @@ func (a *Agent) avSetUserID(args client.AVSetUserIDArgs) error {
 	return v.SetUserID(args.FiAddr, args.UserID, 0)
 }
 
+// avDestroy closes the agent's handle and destroys the AV under a.mu, so
+// no request reopens it (or binds an endpoint to it) in between.
 func (a *Agent) avDestroy(name string) error {
 	a.mu.Lock()
-	v := a.avs[name]
-	delete(a.avs, name)
-	a.mu.Unlock()
-	if v != nil {
+	defer a.mu.Unlock()
+	if v := a.avs[name]; v != nil {
 		if err := v.Close(); err != nil {
-			a.mu.Lock()
-			a.avs[name] = v
-			a.mu.Unlock()
 			return fmt.Errorf("av destroy %q: %w", name, err)
 		}
+		delete(a.avs, name)
 	}
 	return av.Destroy(a.dp, name)
 }

@@ -41,6 +41,11 @@ func (a *Agent) epOpen(cn *conn, args client.EPOpenArgs) (any, []int, error) {
 		return nil, nil, err
 	}
 	info, fds := p.Handover()
+	if len(fds) > client.MaxFDs {
+		p.Close()
+		return nil, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
+			info.RxContexts, info.Queues, len(fds), client.MaxFDs, fi.EINVAL)
+	}
 	e := &clientEP{p: p, local: args.Local}
 	if cn.cred != nil {
 		e.pid = cn.cred.Pid
@@ -124,13 +129,7 @@ var sockStatsDesc = prometheus.NewDesc("xdpfab_endpoint_socket_events_total",
 
 // collectEndpoints exports per-endpoint socket statistics.
 func (a *Agent) collectEndpoints(ch chan<- prometheus.Metric) {
-	a.mu.Lock()
-	conns := make([]*conn, 0, len(a.clients))
-	for c := range a.clients {
-		conns = append(conns, c)
-	}
-	a.mu.Unlock()
-	for _, cn := range conns {
+	for _, cn := range a.conns() {
 		cn.mu.Lock()
 		for _, e := range cn.eps {
 			st, err := e.p.Stats()
@@ -168,4 +167,31 @@ type kv struct {
 func statPairs(s dataplane.Stats) []kv {
 	return []kv{{"rx_dropped", s.RxDropped}, {"rx_invalid_descs", s.RxInvalidDescs}, {"tx_invalid_descs", s.TxInvalidDescs},
 		{"rx_ring_full", s.RxRingFull}, {"rx_fill_ring_empty", s.RxFillRingEmptyDescs}, {"tx_ring_empty", s.TxRingEmptyDescs}}
+}
+
+// endpointOwner is the pid of the application that opened endpoint id
+// through the agent, or 0.
+func (a *Agent) endpointOwner(id uint32) int32 {
+	for _, cn := range a.conns() {
+		cn.mu.Lock()
+		for _, e := range cn.eps {
+			if e.p.ID() == id {
+				cn.mu.Unlock()
+				return e.pid
+			}
+		}
+		cn.mu.Unlock()
+	}
+	return 0
+}
+
+// conns copies the set of connections.
+func (a *Agent) conns() []*conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*conn, 0, len(a.clients))
+	for c := range a.clients {
+		out = append(out, c)
+	}
+	return out
 }

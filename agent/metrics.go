@@ -37,7 +37,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeBy
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
-	s, err := a.status()
+	s, err := a.status(false)
 	if err != nil {
 		a.log.Warn("metrics", "err", err)
 		return

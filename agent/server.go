@@ -34,6 +34,10 @@ func (a *Agent) accept() error {
 		if raw, err := c.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
 				cn.cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+				// Room for a whole reply (an AV listing page, say): a
+				// SEQPACKET message must fit the sender's buffer. Without
+				// CAP_NET_ADMIN this fails and large replies get EMSGSIZE.
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*client.MaxMessage)
 			})
 		}
 		a.mu.Lock()
@@ -86,7 +90,13 @@ func (a *Agent) serve(cn *conn) {
 				resp.Errno, resp.Error = int(fi.EIO), err.Error()
 			}
 		}
-		if err := client.WriteMsg(cn.c, &resp, outFDs); err != nil {
+		err = client.WriteMsg(cn.c, &resp, outFDs)
+		if errors.Is(err, fi.EMSGSIZE) {
+			// Requests are bounded so that replies fit; should one not,
+			// the caller gets the errno, not a dropped connection.
+			err = client.WriteMsg(cn.c, &client.Response{ID: req.ID, Errno: int(fi.EMSGSIZE), Error: err.Error()}, nil)
+		}
+		if err != nil {
 			log.Warn("reply", "op", req.Op, "err", err)
 			return
 		}
@@ -110,7 +120,7 @@ func (a *Agent) dispatch(cn *conn, req *client.Request) (any, []int, error) {
 	}
 	switch req.Op {
 	case client.OpStatus:
-		s, err := a.status()
+		s, err := a.status(true)
 		return s, nil, err
 	case client.OpStats:
 		s, err := a.stats()
@@ -135,7 +145,7 @@ func (a *Agent) dispatch(cn *conn, req *client.Request) (any, []int, error) {
 		}
 		r, err := a.avInsert(args)
 		return r, nil, err
-	case client.OpAVInsertSym, client.OpAVInsertSvc:
+	case client.OpAVInsertSym:
 		var args client.AVInsertSymArgs
 		if err := decode(&args); err != nil {
 			return nil, nil, err
@@ -156,11 +166,11 @@ func (a *Agent) dispatch(cn *conn, req *client.Request) (any, []int, error) {
 		r, err := a.avLookup(args)
 		return r, nil, err
 	case client.OpAVList:
-		var args client.AVNameArgs
+		var args client.AVListArgs
 		if err := decode(&args); err != nil {
 			return nil, nil, err
 		}
-		r, err := a.avList(args.Name, true)
+		r, err := a.avList(args)
 		return r, nil, err
 	case client.OpAVStrAddr:
 		var args client.StrAddrArgs

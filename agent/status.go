@@ -8,6 +8,7 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
 )
 
 func (a *Agent) stats() (map[string]uint64, error) {
@@ -22,21 +23,12 @@ func (a *Agent) stats() (map[string]uint64, error) {
 	return out, nil
 }
 
-func (a *Agent) status() (client.Status, error) {
+// status describes the node; withCounters adds the XDP counters (the
+// metrics collector reads them per interface instead).
+func (a *Agent) status(withCounters bool) (client.Status, error) {
 	s := client.Status{PinRoot: a.cfg.PinRoot, Restarts: a.restarts}
-	for _, att := range a.atts {
+	for _, att := range a.attachments() {
 		s.Attachments = append(s.Attachments, client.Attachment{Iface: att.Ifname, Ifindex: att.Ifindex, Mode: att.Mode.String(), Adopted: att.Adopted})
-	}
-	for _, m := range []struct {
-		name string
-		m    *ebpf.Map
-	}{{bpf.MapAV, a.dp.AV}, {bpf.MapAVRev, a.dp.AVRev}, {bpf.MapAuthKey, a.dp.AuthKey}, {bpf.MapEP, a.dp.EP}} {
-		s.Maps = append(s.Maps, client.MapUsage{Name: m.name, MaxEntries: m.m.MaxEntries(), Entries: countEntries(m.m)})
-	}
-	for _, name := range a.namedAVs() {
-		if info, err := a.avList(name, false); err == nil {
-			s.AVs = append(s.AVs, info)
-		}
 	}
 	var k bpf.EPKey
 	var v bpf.EPVal
@@ -44,15 +36,44 @@ func (a *Agent) status() (client.Status, error) {
 		s.Endpoints = append(s.Endpoints, client.EndpointInfo{
 			ID: v.EpId, Local: k.Local.AddrPort().String(), AVID: v.AvId, XSKBase: v.XskBase,
 			RxCtxs: int(v.RxCtxs), Queues: int(v.Queues), Policy: policyName(bpf.Policy(v.Policy)),
+			OwnerPID: a.endpointOwner(v.EpId),
 		})
 	}
 	sort.Slice(s.Endpoints, func(i, j int) bool { return s.Endpoints[i].ID < s.Endpoints[j].ID })
+	s.Maps = []client.MapUsage{
+		{Name: bpf.MapAV, MaxEntries: a.dp.AV.MaxEntries(), Entries: count[bpf.AVKey, bpf.AVVal](a.dp.AV)},
+		{Name: bpf.MapAVRev, MaxEntries: a.dp.AVRev.MaxEntries(), Entries: count[bpf.RevKey, bpf.RevVal](a.dp.AVRev)},
+		{Name: bpf.MapAuthKey, MaxEntries: a.dp.AuthKey.MaxEntries(), Entries: count[bpf.RevKey, bpf.AuthKeyVal](a.dp.AuthKey)},
+		{Name: bpf.MapEP, MaxEntries: a.dp.EP.MaxEntries(), Entries: len(s.Endpoints)},
+	}
+	for _, name := range a.namedAVs() {
+		if info, err := a.avInfo(name); err == nil {
+			s.AVs = append(s.AVs, info)
+		}
+	}
 	a.mu.Lock()
 	s.Clients = len(a.clients)
 	a.mu.Unlock()
+	if !withCounters {
+		return s, nil
+	}
 	var err error
 	s.Counters, err = a.stats()
 	return s, err
+}
+
+// count counts a hash map's entries in batches (a syscall per 4096).
+func count[K, V any](m *ebpf.Map) int {
+	keys, vals := make([]K, 4096), make([]V, 4096)
+	var cursor ebpf.MapBatchCursor
+	total := 0
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		total += n
+		if err != nil { // ErrKeyNotExist at the end
+			return total
+		}
+	}
 }
 
 // namedAVs lists the names of every named AV in the dataplane.
@@ -62,30 +83,11 @@ func (a *Agent) namedAVs() []string {
 	for id := uint32(1); id < n; id++ {
 		var m bpf.AVMeta
 		if a.dp.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.Name[0] != 0 {
-			names = append(names, cstr(m.Name[:]))
+			names = append(names, m.NameString())
 		}
 	}
 	sort.Strings(names)
 	return names
-}
-
-func cstr(b []uint8) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
-
-func countEntries(m *ebpf.Map) int {
-	n := 0
-	k := make([]byte, m.KeySize())
-	v := make([]byte, m.ValueSize())
-	for it := m.Iterate(); it.Next(&k, &v); {
-		n++
-	}
-	return n
 }
 
 func policyName(p bpf.Policy) string {
@@ -99,6 +101,8 @@ func policyName(p bpf.Policy) string {
 }
 
 func (a *Agent) detach(iface string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for i, att := range a.atts {
 		if att.Ifname == iface {
 			if err := att.Detach(); err != nil {
@@ -110,4 +114,11 @@ func (a *Agent) detach(iface string) error {
 		}
 	}
 	return fmt.Errorf("detach %s: the agent has no program there: %w", iface, fi.ENOENT)
+}
+
+// attachments copies the attachment list.
+func (a *Agent) attachments() []*loader.Attachment {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*loader.Attachment(nil), a.atts...)
 }

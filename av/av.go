@@ -118,7 +118,7 @@ func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
 	}
 	if a.shared {
 		for id, m := range metas {
-			if m.InUse != 0 && cstr(m.Name[:]) == attr.Name {
+			if m.InUse != 0 && m.NameString() == attr.Name {
 				return a.adopt(uint32(id), m, attr)
 			}
 		}
@@ -274,7 +274,7 @@ func DestroyOrphan(dp *loader.Dataplane, id, pid uint32) error {
 	if err := dp.AVMeta.Lookup(id, &m); err != nil {
 		return fmt.Errorf("av destroy %d: %w", id, err)
 	}
-	if m.InUse == 0 || m.OwnerPid != pid || cstr(m.Name[:]) != "" {
+	if m.InUse == 0 || m.OwnerPid != pid || m.NameString() != "" {
 		return fmt.Errorf("av destroy %d: not an anonymous AV of pid %d: %w", id, pid, fi.ENOENT)
 	}
 	a := &AV{dp: dp, id: id, byAddr: map[bpf.Addr]uint32{}, closed: true}
@@ -331,7 +331,7 @@ func (a *AV) begin(write bool) error {
 	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
 		return fmt.Errorf("read AV slot: %w", err)
 	}
-	if m.InUse == 0 || cstr(m.Name[:]) != a.attr.Name {
+	if m.InUse == 0 || m.NameString() != a.attr.Name {
 		a.closed = true
 		return fmt.Errorf("AV %q was destroyed: %w", a.attr.Name, fi.EOPBADSTATE)
 	}
@@ -439,13 +439,4 @@ func batchUpdate[K, V any](m *ebpf.Map, keys []K, vals []V) (int, error) {
 		}
 	}
 	return done, nil
-}
-
-func cstr(b []uint8) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }

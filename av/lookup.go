@@ -2,6 +2,7 @@ package av
 
 import (
 	"fmt"
+	"strings"
 	"net/netip"
 
 	"github.com/xdpfab/xdpfab/fi"
@@ -51,7 +52,8 @@ func (a *AV) StrAddr(addr []byte, buf []byte) (int, error) {
 	var ap netip.AddrPort
 	var err error
 	if a.attr.AddrFormat == fi.FormatStr {
-		ap, err = fi.ParseAddrStr(cstr(addr))
+		str, _, _ := strings.Cut(string(addr), "\x00")
+		ap, err = fi.ParseAddrStr(str)
 	} else {
 		ap, err = fi.DecodeSockaddr(addr)
 	}
@@ -85,6 +87,29 @@ type Entry struct {
 	AuthKey fi.Addr // fi.AddrNotAvail when not bound to a key
 }
 
+// EntryAt describes the address at fiAddr.
+func (a *AV) EntryAt(fiAddr fi.Addr) (Entry, error) {
+	unlock := a.lock()
+	defer unlock()
+	if err := a.begin(false); err != nil {
+		return Entry{}, fmt.Errorf("av entry: %w", err)
+	}
+	idx, ok := a.index(fiAddr)
+	if !ok {
+		return Entry{}, fmt.Errorf("av entry: fi_addr %v is not in the AV: %w", fiAddr, fi.EINVAL)
+	}
+	return a.entry(idx), nil
+}
+
+func (a *AV) entry(idx uint32) Entry {
+	e := &a.entries[idx]
+	ak := fi.AddrNotAvail
+	if e.authKey != 0 {
+		ak = keyAddr(e.authKey - 1)
+	}
+	return Entry{Addr: fi.Addr(idx), Peer: e.addr.AddrPort(), UserID: fi.Addr(e.userID), Refs: e.refcnt, AuthKey: ak}
+}
+
 // Entries returns every address of the AV in index order.
 func (a *AV) Entries() ([]Entry, error) {
 	unlock := a.lock()
@@ -94,15 +119,9 @@ func (a *AV) Entries() ([]Entry, error) {
 	}
 	out := make([]Entry, 0, len(a.byAddr))
 	for i := range a.entries {
-		e := &a.entries[i]
-		if e.refcnt == 0 {
-			continue
+		if a.entries[i].refcnt > 0 {
+			out = append(out, a.entry(uint32(i)))
 		}
-		ak := fi.AddrNotAvail
-		if e.authKey != 0 {
-			ak = keyAddr(e.authKey - 1)
-		}
-		out = append(out, Entry{Addr: fi.Addr(i), Peer: e.addr.AddrPort(), UserID: fi.Addr(e.userID), Refs: e.refcnt, AuthKey: ak})
 	}
 	return out, nil
 }

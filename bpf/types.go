@@ -30,6 +30,16 @@ type (
 	EPVal = xdpfabXdpfabEpVal
 )
 
+// NameString returns the AV's name (the NUL-terminated Name field).
+func (m *AVMeta) NameString() string {
+	for i, c := range m.Name {
+		if c == 0 {
+			return string(m.Name[:i])
+		}
+	}
+	return string(m.Name[:])
+}
+
 // Meta is struct xdpfab_meta, the 32 bytes XDP writes in front of every
 // redirected frame (ParseMeta decodes it; the C header pins its offsets).
 type Meta struct {

@@ -63,7 +63,8 @@ func (c *Client) Call(op string, args, result any) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: agent reply: %w", op, err)
 	}
-	if resp.ID != req.ID {
+	// ID 0: the agent could not read the request, so it could not name it.
+	if resp.ID != req.ID && !(resp.ID == 0 && resp.Errno != 0) {
 		closeAll(fds)
 		return nil, fmt.Errorf("%s: reply %d to request %d: %w", op, resp.ID, req.ID, fi.EIO)
 	}
@@ -109,9 +110,10 @@ func (c *Client) AVCreate(a AVCreateArgs) (AVInfo, error) {
 	return info, c.call(OpAVCreate, a, &info)
 }
 
-// insertBatch bounds addresses per message; larger inserts go in FI_MORE
-// batches so the agent writes the maps once per batch.
-const insertBatch = 4096
+// insertBatch bounds addresses per request (about 60 bytes each with a
+// user ID), well inside a default socket buffer; larger inserts go in
+// FI_MORE batches, so the agent writes the maps once per batch.
+const insertBatch = 2048
 
 // AVInsert inserts addresses into the named AV. Like fi_av_insert it
 // reports per address; err is only for the call as a whole.
@@ -158,10 +160,20 @@ func (c *Client) AVLookup(name string, fa fi.Addr) (AVEntry, error) {
 	return e, c.call(OpAVLookup, AVLookupArgs{Name: name, FiAddr: fa}, &e)
 }
 
-// AVList returns the AV and its entries.
+// AVList returns the AV and all its entries, fetched a page at a time.
 func (c *Client) AVList(name string) (AVInfo, error) {
-	var info AVInfo
-	return info, c.call(OpAVList, AVNameArgs{Name: name}, &info)
+	var all AVInfo
+	for {
+		var page AVInfo
+		if err := c.call(OpAVList, AVListArgs{Name: name, Offset: len(all.List)}, &page); err != nil {
+			return all, err
+		}
+		list := append(all.List, page.List...)
+		all, all.List = page, list
+		if len(page.List) == 0 || len(all.List) >= page.Entries {
+			return all, nil
+		}
+	}
 }
 
 // AVStrAddr formats a raw address as the AV would (fi_av_straddr).

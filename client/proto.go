@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,8 +15,14 @@ import (
 // DefaultSocket is where the agent listens unless told otherwise.
 const DefaultSocket = "/run/xdpfab/agent.sock"
 
-// MaxMessage bounds one protocol message. Large AV inserts are split by
-// the client into FI_MORE batches well below it.
+// MaxFDs is the most descriptors one message carries (the kernel's
+// SCM_MAX_FD).
+const MaxFDs = 253
+
+// MaxMessage bounds one protocol message. A SEQPACKET message must also fit
+// its sender's socket buffer: the agent raises its own to hold MaxMessage
+// (SO_SNDBUFFORCE); a client's stays at the system default (about 208 KiB
+// here), which is why large AV inserts go in batches of insertBatch.
 const MaxMessage = 1 << 20
 
 // Request is one call.
@@ -40,7 +47,6 @@ const (
 	OpDetach      = "detach"
 	OpAVCreate    = "av.create"
 	OpAVInsert    = "av.insert"
-	OpAVInsertSvc = "av.insertsvc"
 	OpAVInsertSym = "av.insertsym"
 	OpAVRemove    = "av.remove"
 	OpAVLookup    = "av.lookup"
@@ -107,6 +113,14 @@ type AVSetUserIDArgs struct {
 	Name   string  `json:"name"`
 	FiAddr fi.Addr `json:"fi_addr"`
 	UserID fi.Addr `json:"user_id"`
+}
+
+// AVListArgs asks for one page of an AV's entries, from Offset, at most
+// Limit (0: the agent's maximum).
+type AVListArgs struct {
+	Name   string `json:"name"`
+	Offset int    `json:"offset,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
 }
 
 // AVNameArgs names an AV.
@@ -220,13 +234,17 @@ func WriteMsg(c *net.UnixConn, v any, fds []int) error {
 		oob = unix.UnixRights(fds...)
 	}
 	_, _, err = c.WriteMsgUnix(b, oob, nil)
+	if errors.Is(err, unix.EMSGSIZE) {
+		// A SEQPACKET message must fit the sender's socket buffer.
+		return fmt.Errorf("message of %d bytes does not fit the socket buffer: %w", len(b), fi.EMSGSIZE)
+	}
 	return err
 }
 
 // ReadMsg receives one message into v and returns the fds it carried; the
 // caller owns them.
 func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
-	oob := make([]byte, unix.CmsgSpace(4*64))
+	oob := make([]byte, unix.CmsgSpace(4*MaxFDs))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, err
@@ -246,6 +264,10 @@ func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
 	if flags&unix.MSG_TRUNC != 0 {
 		closeAll(fds)
 		return nil, fmt.Errorf("message larger than %d bytes: %w", len(buf), fi.EMSGSIZE)
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		closeAll(fds)
+		return nil, fmt.Errorf("more than %d descriptors in one message: %w", MaxFDs, fi.EMSGSIZE)
 	}
 	if err := json.Unmarshal(buf[:n], v); err != nil {
 		closeAll(fds)

@@ -125,6 +125,18 @@ type AdoptAttr struct {
 // CQs. It needs no capability. Adopt owns fds: the endpoint closes them,
 // and so does a failed Adopt.
 func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
+	// Descriptors a Socket or the UMEM took over close with them; a failure
+	// closes the others, whatever the step that failed.
+	owned := make([]bool, len(fds))
+	defer func() {
+		if err != nil {
+			for i, fd := range fds {
+				if !owned[i] {
+					unix.Close(fd)
+				}
+			}
+		}
+	}()
 	if err := a.Attr.validate(); err != nil {
 		return nil, err
 	}
@@ -150,18 +162,6 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 		return nil, fmt.Errorf("ep adopt: %w", err)
 	}
 	undo.add(e.av.UnbindEndpoint)
-	// Descriptors a Socket or the UMEM took over close with them; a failure
-	// closes the others.
-	owned := make([]bool, len(fds))
-	defer func() {
-		if err != nil {
-			for i, fd := range fds {
-				if !owned[i] {
-					unix.Close(fd)
-				}
-			}
-		}
-	}()
 	if e.dev, err = adoptDevice(info, fds, owned); err != nil {
 		return nil, fmt.Errorf("ep adopt: %w", err)
 	}

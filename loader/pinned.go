@@ -99,10 +99,13 @@ func (d *Dataplane) ReadOnlyFDs() ([]*ebpf.Map, error) {
 
 // FromFDs makes a read-only Dataplane from map descriptors in ReadOnlyMaps
 // order (received from the agent), for an application that cannot reach
-// the pins. It takes the descriptors over. Without the pin root it has no
+// the pins. It takes the descriptors over, also when it fails. Without the pin root it has no
 // cross-process lock: readers see changes once their writer finished them.
 func FromFDs(fds []int) (*Dataplane, error) {
 	if len(fds) != len(ReadOnlyMaps) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 		return nil, fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
 	}
 	d := &Dataplane{pinned: true}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -91,19 +90,4 @@ func indexOf(name string) int {
 		}
 	}
 	panic("no command " + name)
-}
-
-// dial connects to the agent.
-func dial(socket string) (*client.Client, error) {
-	c, err := client.Dial(socket)
-	if err != nil {
-		return nil, fmt.Errorf("%w", err)
-	}
-	return c, nil
-}
-
-func socketFlag(fs interface {
-	String(string, string, string) *string
-}) *string {
-	return fs.String("socket", envDefault("XDPFAB_SOCKET", client.DefaultSocket), "the agent's control socket")
 }

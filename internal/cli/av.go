@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -12,33 +13,11 @@ import (
 )
 
 func init() {
-	avCmd := func(sub, args, short, long string, run func(*env, *client.Client, string, []string) error) {
-		register(command{name: "av " + sub, args: "--name NAME " + args, short: short, long: long,
-			run: func(ctx context.Context, e *env, argv []string) error {
-				fs := flags(e, "av "+sub, "--name NAME "+args, long)
-				socket := socketFlag(fs)
-				name := fs.String("name", "", "the named address vector")
-				o := output(fs, e)
-				extra := avFlags[sub]
-				if extra != nil {
-					extra.define(fs)
-				}
-				if err := parse(fs, argv); err != nil {
-					return err
-				}
-				if err := e.setOutput(*o); err != nil {
-					return err
-				}
-				if *name == "" {
-					return usagef("--name is required")
-				}
-				c, err := dial(*socket)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				return run(e, c, *name, fs.Args())
-			}})
+	// plain adapts an av command without flags of its own.
+	plain := func(run func(e *env, name string, args []string) error) func(*flag.FlagSet, *string) agentRun {
+		return func(_ *flag.FlagSet, name *string) agentRun {
+			return func(_ context.Context, e *env, args []string) error { return run(e, *name, args) }
+		}
 	}
 	avCmd("create", "[--type table|map] [--user-id] [--count N]", "create (or open) a named address vector",
 		"Creates the named AV in the agent, or reports the existing one.", avCreate)
@@ -46,84 +25,93 @@ func init() {
 		`Inserts addresses; prints each one's fi_addr, or its errno when it failed. A
 duplicate insert returns the existing fi_addr and counts a reference.`, avInsert)
 	avCmd("insertsvc", "NODE SERVICE", "insert NODE:SERVICE (fi_av_insertsvc)",
-		"Inserts the address of a host (name or number) and service (port or name).", avInsertSvc)
+		"Inserts the address of a host (name or number) and service (port or name).", plain(avInsertSvc))
 	avCmd("insertsym", "NODE NODECNT SERVICE SVCCNT", "insert a range of nodes x services (fi_av_insertsym)",
-		"Inserts NODECNT consecutive nodes (addresses, or names with a numeric suffix) times SVCCNT consecutive ports, node-major.", avInsertSym)
+		"Inserts NODECNT consecutive nodes (addresses, or names with a numeric suffix) times SVCCNT consecutive ports, node-major.", plain(avInsertSym))
 	avCmd("remove", "FI_ADDR...", "remove addresses by fi_addr",
-		"Removes addresses; an address inserted n times needs n removes.", avRemove)
-	avCmd("lookup", "FI_ADDR", "show the address at an fi_addr", "Prints the address stored at FI_ADDR.", avLookup)
-	avCmd("list", "", "list the addresses of an AV", "Lists every address of the AV in fi_addr order.", avList)
+		"Removes addresses; an address inserted n times needs n removes.", plain(avRemove))
+	avCmd("lookup", "FI_ADDR", "show the address at an fi_addr", "Prints the address stored at FI_ADDR.", plain(avLookup))
+	avCmd("list", "", "list the addresses of an AV", "Lists every address of the AV in fi_addr order.", plain(avList))
 	avCmd("straddr", "ADDR", "format an address as libfabric does (fi_av_straddr)",
-		"Prints ADDR in libfabric's FI_ADDR_STR form; it need not be in the AV.", avStrAddr)
+		"Prints ADDR in libfabric's FI_ADDR_STR form; it need not be in the AV.", plain(avStrAddr))
 	avCmd("set-user-id", "FI_ADDR USER_ID", "set the user ID reported for an fi_addr (AV created with --user-id)",
-		"Sets the ID completions report for FI_ADDR in place of the fi_addr.", avSetUserID)
-	avCmd("destroy", "", "remove a named AV and all its addresses", "Removes the AV from the node's maps.", avDestroy)
+		"Sets the ID completions report for FI_ADDR in place of the fi_addr.", plain(avSetUserID))
+	avCmd("destroy", "", "remove a named AV and all its addresses", "Removes the AV from the node's maps.", plain(avDestroy))
 }
 
-// avFlags holds the subcommands' own flags.
-var avFlags = map[string]*avFlagSet{
-	"create": {create: true},
-	"insert": {insert: true},
+// avCmd registers "av SUB": an agent command with --name.
+func avCmd(sub, args, short, long string, setup func(fs *flag.FlagSet, name *string) agentRun) {
+	agentCmd("av "+sub, "--name NAME "+args, short, long, func(fs *flag.FlagSet) agentRun {
+		name := fs.String("name", "", "the named address vector")
+		run := setup(fs, name)
+		return func(ctx context.Context, e *env, args []string) error {
+			if *name == "" {
+				return usagef("--name is required")
+			}
+			return run(ctx, e, args)
+		}
+	})
 }
 
-type avFlagSet struct {
-	create, insert bool
-	typ            *string
-	userID         *bool
-	count          *int
-	userIDs        *string
-}
-
-func (f *avFlagSet) define(fs interface {
-	String(string, string, string) *string
-	Bool(string, bool, string) *bool
-	Int(string, int, string) *int
-}) {
-	if f.create {
-		f.typ = fs.String("type", "table", "AV type: table or map")
-		f.userID = fs.Bool("user-id", false, "completions report user IDs (FI_AV_USER_ID); set them with av set-user-id")
-		f.count = fs.Int("count", 0, "expected number of addresses (a hint)")
-	}
-	if f.insert {
-		f.userIDs = fs.String("user-ids", "", "comma-separated user ID per address (per-insert FI_AV_USER_ID)")
-	}
-}
-
-func avCreate(e *env, c *client.Client, name string, args []string) error {
-	f := avFlags["create"]
+func noArgs(args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected arguments %q", args)
 	}
-	info, err := c.AVCreate(client.AVCreateArgs{Name: name, Type: *f.typ, UserID: *f.userID, Count: *f.count})
-	if err != nil {
-		return err
-	}
-	e.emit(info, func(w io.Writer) {
-		fmt.Fprintf(w, "AV %q: id %d, type %s, %d addresses, flags %v\n", info.Name, info.ID, info.Type, info.Entries, info.Flags)
-	})
 	return nil
 }
 
-func avInsert(e *env, c *client.Client, name string, args []string) error {
-	if len(args) == 0 {
-		return usagef("no addresses")
-	}
-	req := client.AVInsertArgs{Name: name, Addrs: args}
-	if s := *avFlags["insert"].userIDs; s != "" {
-		ids, err := parseAddrList(s)
+func avCreate(fs *flag.FlagSet, name *string) agentRun {
+	typ := fs.String("type", "table", "AV type: table or map")
+	userID := fs.Bool("user-id", false, "completions report user IDs (FI_AV_USER_ID); set them with av set-user-id")
+	count := fs.Int("count", 0, "expected number of addresses (a hint)")
+	return func(_ context.Context, e *env, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		c, err := e.dial()
 		if err != nil {
-			return usagef("--user-ids: %v", err)
+			return err
 		}
-		if len(ids) != len(args) {
-			return usagef("--user-ids has %d IDs for %d addresses", len(ids), len(args))
+		defer c.Close()
+		info, err := c.AVCreate(client.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count})
+		if err != nil {
+			return err
 		}
-		req.UserIDs = ids
+		e.emit(info, func(w io.Writer) {
+			fmt.Fprintf(w, "AV %q: id %d, type %s, %d addresses, flags %v\n", info.Name, info.ID, info.Type, info.Entries, info.Flags)
+		})
+		return nil
 	}
-	r, err := c.AVInsert(req)
-	if err != nil {
-		return err
+}
+
+func avInsert(fs *flag.FlagSet, name *string) agentRun {
+	userIDs := fs.String("user-ids", "", "comma-separated user ID per address (per-insert FI_AV_USER_ID)")
+	return func(_ context.Context, e *env, args []string) error {
+		if len(args) == 0 {
+			return usagef("no addresses")
+		}
+		req := client.AVInsertArgs{Name: *name, Addrs: args}
+		if *userIDs != "" {
+			ids, err := parseAddrList(*userIDs)
+			if err != nil {
+				return usagef("--user-ids: %v", err)
+			}
+			if len(ids) != len(args) {
+				return usagef("--user-ids has %d IDs for %d addresses", len(ids), len(args))
+			}
+			req.UserIDs = ids
+		}
+		c, err := e.dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		r, err := c.AVInsert(req)
+		if err != nil {
+			return err
+		}
+		return e.insertResult(args, r)
 	}
-	return e.insertResult(args, r)
 }
 
 // insertResult prints per-address results and fails (with the first
@@ -165,10 +153,15 @@ func (e *env) insertResult(addrs []string, r client.InsertResult) error {
 	return nil
 }
 
-func avInsertSvc(e *env, c *client.Client, name string, args []string) error {
+func avInsertSvc(e *env, name string, args []string) error {
 	if len(args) != 2 {
 		return usagef("want NODE SERVICE")
 	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: 1, Service: args[1], SvcCnt: 1})
 	if err != nil {
 		return err
@@ -176,7 +169,7 @@ func avInsertSvc(e *env, c *client.Client, name string, args []string) error {
 	return e.insertResult([]string{args[0] + ":" + args[1]}, r)
 }
 
-func avInsertSym(e *env, c *client.Client, name string, args []string) error {
+func avInsertSym(e *env, name string, args []string) error {
 	if len(args) != 4 {
 		return usagef("want NODE NODECNT SERVICE SVCCNT")
 	}
@@ -185,6 +178,11 @@ func avInsertSym(e *env, c *client.Client, name string, args []string) error {
 	if err1 != nil || err2 != nil {
 		return usagef("NODECNT and SVCCNT are numbers")
 	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: nodes, Service: args[2], SvcCnt: svcs})
 	if err != nil {
 		return err
@@ -234,7 +232,7 @@ func parseFiAddrs(args []string) ([]fi.Addr, error) {
 	return out, nil
 }
 
-func avRemove(e *env, c *client.Client, name string, args []string) error {
+func avRemove(e *env, name string, args []string) error {
 	if len(args) == 0 {
 		return usagef("no fi_addr")
 	}
@@ -242,6 +240,11 @@ func avRemove(e *env, c *client.Client, name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	if err := c.AVRemove(name, fas); err != nil {
 		return err
 	}
@@ -249,7 +252,7 @@ func avRemove(e *env, c *client.Client, name string, args []string) error {
 	return nil
 }
 
-func avLookup(e *env, c *client.Client, name string, args []string) error {
+func avLookup(e *env, name string, args []string) error {
 	if len(args) != 1 {
 		return usagef("want one FI_ADDR")
 	}
@@ -257,6 +260,11 @@ func avLookup(e *env, c *client.Client, name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	x, err := c.AVLookup(name, fas[0])
 	if err != nil {
 		return err
@@ -272,7 +280,15 @@ func userID(id fi.Addr) string {
 	return fmt.Sprintf("%#x", uint64(id))
 }
 
-func avList(e *env, c *client.Client, name string, args []string) error {
+func avList(e *env, name string, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	info, err := c.AVList(name)
 	if err != nil {
 		return err
@@ -286,7 +302,7 @@ func avList(e *env, c *client.Client, name string, args []string) error {
 	return nil
 }
 
-func avStrAddr(e *env, c *client.Client, name string, args []string) error {
+func avStrAddr(e *env, name string, args []string) error {
 	if len(args) != 1 {
 		return usagef("want one address")
 	}
@@ -296,6 +312,11 @@ func avStrAddr(e *env, c *client.Client, name string, args []string) error {
 			return usagef("address %q: %v", args[0], err)
 		}
 	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	s, err := c.AVStrAddr(name, fi.EncodeSockaddr(nil, ap))
 	if err != nil {
 		return err
@@ -304,7 +325,7 @@ func avStrAddr(e *env, c *client.Client, name string, args []string) error {
 	return nil
 }
 
-func avSetUserID(e *env, c *client.Client, name string, args []string) error {
+func avSetUserID(e *env, name string, args []string) error {
 	if len(args) != 2 {
 		return usagef("want FI_ADDR USER_ID")
 	}
@@ -312,6 +333,11 @@ func avSetUserID(e *env, c *client.Client, name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	if err := c.AVSetUserID(name, fas[0], fas[1]); err != nil {
 		return err
 	}
@@ -321,7 +347,15 @@ func avSetUserID(e *env, c *client.Client, name string, args []string) error {
 	return nil
 }
 
-func avDestroy(e *env, c *client.Client, name string, args []string) error {
+func avDestroy(e *env, name string, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	if err := c.AVDestroy(name); err != nil {
 		return err
 	}

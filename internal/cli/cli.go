@@ -15,6 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -29,10 +30,37 @@ type command struct {
 	run                     func(ctx context.Context, e *env, args []string) error
 }
 
-// env is what commands write to.
+// env is what commands write to, and the agent's socket for agentCmd
+// commands.
 type env struct {
 	out, errw io.Writer
 	json      bool
+	socket    string
+}
+
+// dial connects to the agent (after the command checked its arguments).
+func (e *env) dial() (*client.Client, error) { return client.Dial(e.socket) }
+
+// agentRun runs a command that talks to the agent; it dials with e.dial.
+type agentRun func(ctx context.Context, e *env, args []string) error
+
+// agentCmd registers a command of the agent: --socket and -o for all of
+// them, and the flags setup defines before returning the command's run.
+func agentCmd(name, args, short, long string, setup func(fs *flag.FlagSet) agentRun) {
+	register(command{name: name, args: args, short: short, long: long,
+		run: func(ctx context.Context, e *env, argv []string) error {
+			fs := flags(e, name, args, long)
+			fs.StringVar(&e.socket, "socket", envDefault("XDPFAB_SOCKET", client.DefaultSocket), "the agent's control socket")
+			o := fs.String("o", "text", "output format: text or json")
+			run := setup(fs)
+			if err := parse(fs, argv); err != nil {
+				return err
+			}
+			if err := e.setOutput(*o); err != nil {
+				return err
+			}
+			return run(ctx, e, fs.Args())
+		}})
 }
 
 var commands []command
@@ -163,11 +191,6 @@ func parse(fs *flag.FlagSet, args []string) error {
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
 	return fs.Parse(append([]string{"--"}, pos...))
-}
-
-// output adds -o to fs.
-func output(fs *flag.FlagSet, e *env) *string {
-	return fs.String("o", "text", "output format: text or json")
 }
 
 func (e *env) setOutput(o string) error {

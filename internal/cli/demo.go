@@ -14,7 +14,7 @@ both, and ping-pongs between endpoints, showing the sender of each message as
 the XDP program reported it (an fi_addr, and a user ID) and the latency per
 transfer. Removes everything it made. Needs root.`,
 		run: func(ctx context.Context, e *env, args []string) error {
-			fs := flags(e, "demo", "[flags]", commands[indexOf("demo")].long)
+			fs := flags(e, "demo", "[-n N] [-size B] [-6] [-generic]", commands[indexOf("demo")].long)
 			var o demo.Options
 			fs.IntVar(&o.Messages, "n", 10000, "number of ping-pongs")
 			fs.IntVar(&o.Size, "size", 64, "message size in bytes")

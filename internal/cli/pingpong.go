@@ -26,10 +26,15 @@ program for the run. Needs root.`
 				fs := flags(e, "pingpong "+role, args, long)
 				iface := fs.String("iface", "", "interface")
 				local := fs.String("local", "", "local address and UDP port")
-				peer := fs.String("peer", "", "the server's address and port (client)")
-				sizes := fs.String("S", "64,1024,4096", "message sizes, comma-separated")
-				iters := fs.Int("I", 10000, "iterations per size")
-				warmup := fs.Int("warmup", 100, "untimed iterations before each size")
+				// The client's run parameters; the server echoes whatever comes.
+				peer, sizes, iters, warmup := new(string), new(string), new(int), new(int)
+				*sizes, *iters, *warmup = "64", 1, 0
+				if role == "client" {
+					peer = fs.String("peer", "", "the server's address and port")
+					sizes = fs.String("S", "64,1024,4096", "message sizes, comma-separated")
+					iters = fs.Int("I", 10000, "iterations per size")
+					warmup = fs.Int("warmup", 100, "untimed iterations before each size")
+				}
 				busy := fs.Duration("busy-poll", 0, "socket busy-poll time (e.g. 50us); 0 disables")
 				mode := fs.String("mode", "native", "XDP mode if pingpong attaches: native or generic")
 				pinRoot := fs.String("pin-root", envDefault("XDPFAB_PIN_ROOT", "/sys/fs/bpf/xdpfab"), "a running agent's pin root")

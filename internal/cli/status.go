@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -10,28 +11,22 @@ import (
 )
 
 func init() {
-	register(command{name: "status", args: "[-o json]", short: "what is attached where, map sizes, AVs, endpoints",
-		long: "Asks the agent what the node's dataplane looks like.", run: runStatus})
-	register(command{name: "stats", args: "[--watch INTERVAL] [-o json]", short: "the XDP program's counters (rates with --watch)",
-		long: `Prints the XDP program's per-CPU counters summed. Every frame counts in rx and
+	agentCmd("status", "[-o json]", "what is attached where, map sizes, AVs, endpoints",
+		"Asks the agent what the node's dataplane looks like.", func(*flag.FlagSet) agentRun { return runStatus })
+	agentCmd("stats", "[--watch INTERVAL] [-o json]", "the XDP program's counters (rates with --watch)",
+		`Prints the XDP program's per-CPU counters summed. Every frame counts in rx and
 in exactly one of translated, unknown_source, dropped_policy, malformed,
 passed and redirect_failed. With --watch, prints rates per second every
-INTERVAL until interrupted.`, run: runStats})
-	register(command{name: "detach", args: "--iface IF", short: "remove the XDP program from an interface",
-		long: "Asks the agent to detach its XDP program (and unpin the link) from IF.", run: runDetach})
+INTERVAL until interrupted.`, statsCmd)
+	agentCmd("detach", "--iface IF", "remove the XDP program from an interface",
+		"Asks the agent to detach its XDP program (and unpin the link) from IF.", detachCmd)
 }
 
-func runStatus(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "status", "[-o json]", "Asks the agent what the node's dataplane looks like.")
-	socket := socketFlag(fs)
-	o := output(fs, e)
-	if err := parse(fs, args); err != nil {
+func runStatus(_ context.Context, e *env, args []string) error {
+	if err := noArgs(args); err != nil {
 		return err
 	}
-	if err := e.setOutput(*o); err != nil {
-		return err
-	}
-	c, err := dial(*socket)
+	c, err := e.dial()
 	if err != nil {
 		return err
 	}
@@ -62,57 +57,53 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func runStats(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "stats", "[--watch INTERVAL] [-o json]", commands[indexOf("stats")].long)
-	socket := socketFlag(fs)
+func statsCmd(fs *flag.FlagSet) agentRun {
 	watch := fs.Duration("watch", 0, "print rates every INTERVAL (e.g. 1s)")
-	o := output(fs, e)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := e.setOutput(*o); err != nil {
-		return err
-	}
-	c, err := dial(*socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	prev, err := c.Stats()
-	if err != nil {
-		return err
-	}
-	if *watch <= 0 {
-		e.emit(prev, func(w io.Writer) { printCounters(w, prev, nil, 0) })
-		return nil
-	}
-	t := time.NewTicker(*watch)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
+	return func(ctx context.Context, e *env, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		c, err := e.dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		prev, err := c.Stats()
+		if err != nil {
+			return err
+		}
+		if *watch <= 0 {
+			e.emit(prev, func(w io.Writer) { printCounters(w, prev, nil) })
 			return nil
-		case now := <-t.C:
-			cur, err := c.Stats()
-			if err != nil {
-				return err
+		}
+		t := time.NewTicker(*watch)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case now := <-t.C:
+				cur, err := c.Stats()
+				if err != nil {
+					return err
+				}
+				dt := now.Sub(last).Seconds()
+				rates := map[string]float64{}
+				for k, v := range cur {
+					rates[k] = float64(v-prev[k]) / dt
+				}
+				e.emit(map[string]any{"time": now.UTC(), "per_second": rates, "total": cur}, func(w io.Writer) {
+					fmt.Fprintf(w, "%s\n", now.Format(time.TimeOnly))
+					printCounters(w, cur, rates)
+				})
+				prev, last = cur, now
 			}
-			dt := now.Sub(last).Seconds()
-			rates := map[string]float64{}
-			for k, v := range cur {
-				rates[k] = float64(v-prev[k]) / dt
-			}
-			e.emit(map[string]any{"time": now.UTC(), "per_second": rates, "total": cur}, func(w io.Writer) {
-				fmt.Fprintf(w, "%s\n", now.Format(time.TimeOnly))
-				printCounters(w, cur, rates, dt)
-			})
-			prev, last = cur, now
 		}
 	}
 }
 
-func printCounters(w io.Writer, c map[string]uint64, rates map[string]float64, dt float64) {
+func printCounters(w io.Writer, c map[string]uint64, rates map[string]float64) {
 	names := make([]string, 0, len(c))
 	for i := range bpf.NumCounters {
 		names = append(names, bpf.Counter(i).String())
@@ -130,24 +121,24 @@ func printCounters(w io.Writer, c map[string]uint64, rates map[string]float64, d
 	}
 }
 
-func runDetach(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "detach", "--iface IF", commands[indexOf("detach")].long)
-	socket := socketFlag(fs)
+func detachCmd(fs *flag.FlagSet) agentRun {
 	iface := fs.String("iface", "", "interface")
-	if err := parse(fs, args); err != nil {
-		return err
+	return func(_ context.Context, e *env, args []string) error {
+		if *iface == "" {
+			return usagef("--iface is required")
+		}
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		c, err := e.dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := c.Detach(*iface); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "detached from %s\n", *iface)
+		return nil
 	}
-	if *iface == "" {
-		return usagef("--iface is required")
-	}
-	c, err := dial(*socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.Detach(*iface); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.out, "detached from %s\n", *iface)
-	return nil
 }

@@ -108,7 +108,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "host\tmsg\tfrom\tbytes\tsource as reported\t")
-	for _, r := range append(seenB[:3], seenA[:3]...) {
+	for _, r := range append(seenB, seenA...) {
 		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%s\t\n", r.host, r.seq, r.from, r.len, r.src)
 	}
 	tw.Flush()

@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xdpfab/xdpfab/agent"
+	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/loader"
+)
+
+// The agent in this process, so the race detector sees it: status,
+// metrics scrapes, AV changes and a detach run concurrently, then it stops.
+// Also the request bounds: replies always fit one message.
+func TestAgentInProcess(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	bed := testbed.New(t, testbed.Options{})
+	dir := t.TempDir()
+	root := filepath.Join(dir, "bpffs")
+	t.Cleanup(func() { loader.UnmountBPFFS(root) })
+	var a *agent.Agent
+	err := bed.A.Do(func() (err error) {
+		a, err = agent.New(agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: filepath.Join(dir, "s"),
+			MetricsAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	c, err := client.Dial(filepath.Join(dir, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.AVCreate(client.AVCreateArgs{Name: "big"}); err != nil {
+		t.Fatal(err)
+	}
+
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return bed.A.Dial(network, addr)
+	}}}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() { // scrapes
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if resp, err := hc.Get("http://" + a.MetricsAddr() + "/metrics"); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	})
+	wg.Go(func() { // status from a second connection
+		c2, err := client.Dial(filepath.Join(dir, "s"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c2.Close()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := c2.Status(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+
+	// 20,000 addresses: more than one request and one reply page hold.
+	addrs := make([]string, 20000)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("198.19.%d.%d:%d", i/250, i%250+1, 7000+i%3)
+	}
+	r, err := c.AVInsert(client.AVInsertArgs{Name: "big", Addrs: addrs})
+	if err != nil || r.Inserted != len(addrs) {
+		t.Fatalf("insert: %d %v", r.Inserted, err)
+	}
+	list, err := c.AVList("big")
+	if err != nil || len(list.List) != len(addrs) || list.List[19999].FiAddr != 19999 {
+		t.Errorf("list: %d entries %v", len(list.List), err)
+	}
+	// Too many in one request: refused before anything changes.
+	if _, err := c.AVInsertSym(client.AVInsertSymArgs{Name: "big", Node: "198.18.0.1", NodeCnt: 300, Service: "1000", SvcCnt: 300}); !errors.Is(err, fi.EINVAL) {
+		t.Errorf("insertsym of 90,000: %v", err)
+	}
+	if info, _ := c.AVList("big"); info.Entries != len(addrs) {
+		t.Errorf("refused insertsym changed the AV: %d entries", info.Entries)
+	}
+	if err := c.Detach(testbed.LinkName); err != nil {
+		t.Error(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+}
