@@ -58,7 +58,7 @@ if grep -q -- '-iface' <<<"$help"; then
       bad "$unit: xdpfab agent --help does not list $f"
   done < <(grep -o -- '--[a-z][a-z-]*' <<<"$exec_start")
 else
-  echo "validate: xdpfab has no agent command yet: its flags in $unit are not checked"
+  bad "xdpfab agent --help does not list --iface: its flags in $unit cannot be checked"
 fi
 
 # sysusers.d entry (dry run: nothing is created)
