@@ -236,7 +236,7 @@ func (a *AV) Close() error {
 	if n := a.bound.Load(); n > 0 {
 		return fmt.Errorf("av close: %d endpoint(s) still bound: %w", n, fi.EBUSY)
 	}
-	if err := a.flushLocked(); err != nil {
+	if err := a.flushLocked(a.pending.mark()); err != nil {
 		return fmt.Errorf("av close: %w", err)
 	}
 	if !a.shared {

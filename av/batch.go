@@ -54,6 +54,12 @@ func (a *AV) fwdVal(idx uint32, e *entry) bpf.AVVal {
 	return v
 }
 
+// mark is where a call's writes start in the batch: on failure exactly
+// the writes after it are undone.
+type mark struct{ rev, fwd, fresh, prior int }
+
+func (b *batch) mark() mark { return mark{len(b.revK), len(b.fwdK), len(b.fresh), len(b.prior)} }
+
 // flushLocked writes the pending inserts.
 //
 // Ordering (why a packet is never translated to an index whose entry was
@@ -64,53 +70,67 @@ func (a *AV) fwdVal(idx uint32, e *entry) bpf.AVVal {
 // to that index until an insert reuses it, and a reused index names the new
 // peer only once its own forward entry exists. Both run under the
 // dataplane lock, so no two changes interleave.
-func (a *AV) flushLocked() error {
+//
+// If a write fails, the calling insert's own work (staged after m) is
+// undone, in the cache and in the maps; what earlier FI_MORE calls staged
+// (and reported inserted) stays queued for the next flush. A call that
+// staged nothing passes the batch's current mark.
+func (a *AV) flushLocked(m mark) error {
 	b := &a.pending
 	if b.empty() {
 		return nil
 	}
 	if _, err := batchUpdate(a.dp.AVRev, b.revK, b.revV); err != nil {
-		return a.rollback(err)
+		return a.undo(m, err)
 	}
 	if _, err := batchUpdate(a.dp.AV, b.fwdK, b.fwdV); err != nil {
-		return a.rollback(err)
+		return a.undo(m, err)
 	}
 	b.reset()
 	return a.commit()
 }
 
-// rollback undoes a batch that failed part way: delete what it created,
-// restore what it changed, then rebuild the cache from the maps, which are
-// the source of truth. Capacity reserved for the created entries returns.
-func (a *AV) rollback(cause error) error {
+// undo takes back the writes staged after m: in the maps, the call's
+// changes to existing entries are restored and its new entries deleted;
+// in the cache, the changes are reverted newest first, then its new
+// indices freed (with their reserved capacity).
+func (a *AV) undo(m mark, cause error) error {
 	b := &a.pending
-	var errs []error
-	for _, idx := range b.fresh {
-		e := &a.entries[idx]
-		errs = append(errs, ignoreMissing(a.dp.AV.Delete(bpf.AVKey{AvId: a.id, Src: e.addr})))
-		errs = append(errs, ignoreMissing(a.dp.AVRev.Delete(bpf.RevKey{AvId: a.id, Index: idx})))
+	fresh := map[uint32]bool{}
+	for _, idx := range b.fresh[m.fresh:] {
+		fresh[idx] = true
 	}
-	for i := len(b.prior) - 1; i >= 0; i-- {
+	var errs []error
+	for i := len(b.prior) - 1; i >= m.prior; i-- {
 		p := b.prior[i]
 		a.entries[p.idx] = p.e
+		if fresh[p.idx] {
+			continue // created by this call: deleted below
+		}
 		e := &a.entries[p.idx]
 		errs = append(errs, a.dp.AVRev.Put(bpf.RevKey{AvId: a.id, Index: p.idx},
 			bpf.RevVal{UserId: e.userID, Addr: e.addr, Refcnt: e.refcnt, AuthKey: e.authKey, Flags: e.flags}))
 		errs = append(errs, a.dp.AV.Put(bpf.AVKey{AvId: a.id, Src: e.addr}, a.fwdVal(p.idx, e)))
 	}
-	a.dp.ReleaseAVEntries(len(b.fresh))
-	n := len(b.fresh)
-	b.reset()
-	var m bpf.AVMeta
-	errs = append(errs, a.dp.AVMeta.Lookup(a.id, &m))
+	for idx := range fresh {
+		e := &a.entries[idx]
+		errs = append(errs, ignoreMissing(a.dp.AV.Delete(bpf.AVKey{AvId: a.id, Src: e.addr})))
+		errs = append(errs, ignoreMissing(a.dp.AVRev.Delete(bpf.RevKey{AvId: a.id, Index: idx})))
+		delete(a.byAddr, e.addr)
+		*e = entry{}
+		a.free.push(idx)
+	}
+	a.dp.ReleaseAVEntries(len(fresh))
+	b.revK, b.revV, b.fwdK, b.fwdV = b.revK[:m.rev], b.revV[:m.rev], b.fwdK[:m.fwd], b.fwdV[:m.fwd]
+	b.fresh, b.prior = b.fresh[:m.fresh], b.prior[:m.prior]
 	if err := errors.Join(errs...); err != nil {
 		a.closed = true
-		return fmt.Errorf("AV %d write failed (%w) and so did its rollback; the AV is closed: %w", a.id, cause, err)
+		return fmt.Errorf("AV %d write failed (%w) and so did undoing it; the AV is closed: %w", a.id, cause, err)
 	}
-	if err := a.load(m); err != nil {
-		return fmt.Errorf("AV %d write failed (%w); reload: %w", a.id, cause, err)
+	if !b.empty() {
+		return fmt.Errorf("AV map write failed; this call's inserts were undone, earlier FI_MORE inserts stay queued: %w", cause)
 	}
-	return fmt.Errorf("AV map write failed, %d insert(s) rolled back: %w", n, cause)
+	return fmt.Errorf("AV map write failed; this call's inserts were undone: %w", cause)
 }
 
 func ignoreMissing(err error) error {

@@ -68,6 +68,7 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 	if err := a.begin(true); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	m := a.pending.mark()
 	errnos := make([]fi.Errno, len(srcs))
 	for i, s := range srcs {
 		var in fi.Addr
@@ -86,8 +87,8 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 
 	deferred := flags&fi.MORE != 0 && !a.shared && len(a.pending.revK) < maxPending
 	if !deferred {
-		if err := a.flushLocked(); err != nil {
-			// Everything this call staged was rolled back with the rest.
+		if err := a.flushLocked(m); err != nil {
+			// Everything this call staged was undone.
 			for i := range errnos {
 				if errnos[i] == 0 {
 					errnos[i] = fi.Code(err)

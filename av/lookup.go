@@ -142,7 +142,7 @@ func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
 	if err := a.begin(true); err != nil {
 		return fmt.Errorf("av set_user_id: %w", err)
 	}
-	if err := a.flushLocked(); err != nil {
+	if err := a.flushLocked(a.pending.mark()); err != nil {
 		return fmt.Errorf("av set_user_id: %w", err)
 	}
 	if flags&fi.AUTH_KEY != 0 {
@@ -162,12 +162,13 @@ func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
 	if !ok {
 		return fmt.Errorf("av set_user_id: fi_addr %v is not in the AV: %w", fiAddr, fi.EINVAL)
 	}
+	m := a.pending.mark()
 	e := &a.entries[idx]
 	old := *e
 	e.userID = uint64(userID)
 	a.pending.prior = append(a.pending.prior, priorEntry{idx, old})
 	a.stage(idx, true)
-	if err := a.flushLocked(); err != nil {
+	if err := a.flushLocked(m); err != nil {
 		return fmt.Errorf("av set_user_id: %w", err)
 	}
 	return nil

@@ -24,7 +24,7 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 	if err := a.begin(true); err != nil {
 		return fmt.Errorf("av remove: %w", err)
 	}
-	if err := a.flushLocked(); err != nil {
+	if err := a.flushLocked(a.pending.mark()); err != nil {
 		return fmt.Errorf("av remove: %w", err)
 	}
 	if flags&fi.AUTH_KEY != 0 {

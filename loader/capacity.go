@@ -9,8 +9,10 @@ import (
 
 // The forward and reverse AV maps are preallocated hashes of AVEntries
 // elements shared by every AV of the dataplane, in every process. An insert
-// that was reported successful must never fail later when its (possibly
-// deferred, FI_MORE) map write happens, so room is reserved up front:
+// that was reported successful must not fail for lack of room when its
+// (possibly deferred, FI_MORE) map write happens, so room is reserved up
+// front (a write that fails for another reason stays queued: see
+// av.flushLocked):
 // xdpfab_avmeta slot 0 counts the entries reserved node-wide, and each
 // process takes room from it in chunks to keep the syscall off the per-call
 // path.
