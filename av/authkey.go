@@ -87,7 +87,8 @@ func (a *AV) putKey(h uint32, k *authKey) error {
 }
 
 // LookupAuthKey copies the auth key of fiAddr, an auth-key handle or an
-// address inserted with fi.AUTH_KEY, into buf and returns its full size.
+// address inserted with fi.AUTH_KEY, into buf (truncated to it) and returns
+// the key's full size (fi_av_lookup_auth_key's auth_key_size on output).
 // An address bound to no key fails with ENOKEY.
 func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
 	unlock := a.lock()
@@ -106,14 +107,15 @@ func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
 		}
 		h = a.entries[idx].authKey - 1
 	}
-	return copy(buf, a.keys[h].key), nil
+	copy(buf, a.keys[h].key)
+	return len(a.keys[h].key), nil
 }
 
 // removeKeys removes auth keys (Remove with fi.AUTH_KEY). A key still
 // bound to addresses or enabled on endpoints fails with EBUSY.
 func (a *AV) removeKeys(fiAddr []fi.Addr) error {
 	var first error
-	failed := 0
+	failed, removed := 0, 0
 	fail := func(err error) {
 		failed++
 		if first == nil {
@@ -135,8 +137,11 @@ func (a *AV) removeKeys(fiAddr []fi.Addr) error {
 			continue
 		}
 		a.keys[h] = authKey{}
+		removed++
 	}
-	if err := a.commit(); err != nil {
+	if removed == 0 {
+		// Nothing changed: no generation bump.
+	} else if err := a.commit(); err != nil {
 		return fmt.Errorf("av remove auth key: %w", err)
 	}
 	if first != nil {

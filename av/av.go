@@ -98,7 +98,9 @@ func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
 	if err := attr.validate(); err != nil {
 		return nil, err
 	}
-	a := &AV{dp: dp, attr: *attr, byAddr: make(map[bpf.Addr]uint32, attr.Count)}
+	// Count is a hint: the cache preallocates no more than the maps hold.
+	hint := min(attr.Count, int(dp.Config().AVEntries))
+	a := &AV{dp: dp, attr: *attr, byAddr: make(map[bpf.Addr]uint32, hint)}
 	if a.attr.Type == TypeUnspec {
 		a.attr.Type = TypeTable
 	}
@@ -106,7 +108,7 @@ func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
 		a.attr.AddrFormat = fi.FormatSockaddr
 	}
 	a.attr.MapAddr = 0
-	a.entries = make([]entry, 0, attr.Count)
+	a.entries = make([]entry, 0, hint)
 	a.readOnly = attr.Flags&fi.READ != 0
 	a.shared = attr.Name != ""
 
@@ -254,14 +256,25 @@ func (a *AV) Close() error {
 // Destroy removes the named AV name and all its entries from dp. Processes
 // that have it open see EOPBADSTATE on their next call.
 func Destroy(dp *loader.Dataplane, name string) error {
-	a, err := Open(dp, &Attr{Name: name, Flags: fi.READ})
+	// Find, read and delete under one lock: no other process changes the
+	// AV in between.
+	unlock := dp.Lock()
+	defer unlock()
+	a := &AV{dp: dp, byAddr: map[bpf.Addr]uint32{}, closed: true}
+	metas, err := a.readMetas()
 	if err != nil {
 		return fmt.Errorf("av destroy %q: %w", name, err)
 	}
-	unlock := dp.Lock()
-	defer unlock()
-	a.closed = true
-	return a.destroyLocked()
+	for id, m := range metas {
+		if m.InUse != 0 && name != "" && m.NameString() == name {
+			a.id = uint32(id)
+			if err := a.load(m); err != nil {
+				return fmt.Errorf("av destroy %q: %w", name, err)
+			}
+			return a.destroyLocked()
+		}
+	}
+	return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
 }
 
 // DestroyOrphan removes the anonymous AV id if process pid still owns it:
@@ -363,6 +376,13 @@ func (a *AV) load(m bpf.AVMeta) error {
 	a.entries = a.entries[:0]
 	clear(a.byAddr)
 	a.free = a.free[:0]
+	// Endpoints' use of auth keys is this process's own count: keep it.
+	inUse := map[uint32]int{}
+	for _, k := range a.keys {
+		if k.inUse > 0 {
+			inUse[k.value] = k.inUse
+		}
+	}
 	a.keys = a.keys[:0]
 	err := forEach(a.dp.AVRev, func(k bpf.RevKey, v bpf.RevVal) {
 		if k.AvId != a.id {
@@ -389,7 +409,8 @@ func (a *AV) load(m bpf.AVMeta) error {
 		for uint32(len(a.keys)) <= k.Index {
 			a.keys = append(a.keys, authKey{})
 		}
-		a.keys[k.Index] = authKey{value: v.Value, userID: v.UserId, key: append([]byte(nil), v.Key[:min(v.Len, uint32(len(v.Key)))]...)}
+		a.keys[k.Index] = authKey{value: v.Value, userID: v.UserId, key: append([]byte(nil), v.Key[:min(v.Len, uint32(len(v.Key)))]...),
+			inUse: inUse[v.Value]}
 	})
 	if err != nil {
 		return fmt.Errorf("read AV %d auth keys: %w", a.id, err)

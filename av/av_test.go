@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"testing"
@@ -688,7 +689,8 @@ func TestAuthKeys(t *testing.T) {
 	if n, err := a.LookupAuthKey(1, buf); n != 4 || err != nil || !slices.Equal(buf[:4], key) {
 		t.Errorf("lookup key of address: %d %v %x", n, err, buf)
 	}
-	if n, err := a.LookupAuthKey(k, buf[:2]); n != 2 || err != nil {
+	// Truncated: the size needed comes back, as fi_av_lookup_auth_key says.
+	if n, err := a.LookupAuthKey(k, buf[:2]); n != 4 || err != nil || !slices.Equal(buf[:2], key[:2]) {
 		t.Errorf("lookup key truncated: %d %v", n, err)
 	}
 	if _, err := a.Insert(peers(5, 1), nil, 0, nil); err != nil {
@@ -786,5 +788,39 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	}
 	if _, err := w.LookupAddr(0); !errors.Is(err, fi.EOPBADSTATE) {
 		t.Errorf("use after destroy: %v", err)
+	}
+}
+
+// Count is a hint: a huge one neither panics nor preallocates it.
+func TestCountHintIsBounded(t *testing.T) {
+	dp := newDP(t, 4096)
+	a := openAV(t, dp, av.Attr{Count: math.MaxInt})
+	if _, err := a.Insert(peers(0, 1), nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An endpoint's use of an auth key survives the cache being re-read after
+// another handle changed the named AV: removing the key is still EBUSY.
+func TestAuthKeyUseSurvivesReload(t *testing.T) {
+	dp := newDP(t, 4096)
+	a := openAV(t, dp, av.Attr{Name: "keys"})
+	k, err := a.InsertAuthKey([]byte{0, 0, 0, 7}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AcquireAuthKey(k); err != nil {
+		t.Fatal(err)
+	}
+	b := openAV(t, dp, av.Attr{Name: "keys"})
+	if _, err := b.Insert(peers(0, 1), nil, 0, nil); err != nil { // a's cache is now stale
+		t.Fatal(err)
+	}
+	if err := a.Remove([]fi.Addr{k}, fi.AUTH_KEY); !errors.Is(err, fi.EBUSY) {
+		t.Errorf("remove of a key in use after a reload: %v", err)
+	}
+	a.ReleaseAuthKey(k)
+	if err := a.Remove([]fi.Addr{k}, fi.AUTH_KEY); err != nil {
+		t.Errorf("remove after release: %v", err)
 	}
 }

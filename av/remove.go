@@ -85,7 +85,9 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 		}
 	}
 	a.dp.ReleaseAVEntries(len(fk))
-	if err := a.commit(); err != nil {
+	if len(order) == 0 {
+		// Nothing changed: other processes need not re-read the AV.
+	} else if err := a.commit(); err != nil {
 		return fmt.Errorf("av remove: %w", err)
 	}
 	if failed > 0 {
