@@ -252,9 +252,11 @@ func TestXDPTruncated(t *testing.T) {
 // shorter than the headers.
 func TestXDPLengths(t *testing.T) {
 	dp := fixture(t)
-	f := frame.Build(spec(known4, ep4))
+	// UDP length beyond the IP payload, with Ethernet padding so the frame
+	// itself is long enough: only the IP length can tell.
+	f := append(frame.Build(spec(known4, ep4)), make([]byte, 16)...)
 	udpLen := f[14+20+4:]
-	binary.BigEndian.PutUint16(udpLen, binary.BigEndian.Uint16(udpLen)+1)
+	binary.BigEndian.PutUint16(udpLen, binary.BigEndian.Uint16(udpLen)+8)
 	check(t, dp, f, bpf.XDPMD{}, want{verdict: xdpDrop, counter: bpf.CounterMalformed})
 
 	f = frame.Build(spec(known4, ep4))

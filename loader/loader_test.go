@@ -2,14 +2,18 @@ package loader_test
 
 import (
 	"errors"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/sys/unix"
 )
@@ -161,8 +165,19 @@ func TestCounters(t *testing.T) {
 			t.Errorf("fresh counter %d = %d", i, v)
 		}
 	}
+	// A frame that is not xdpfab's moves rx and passed; reset zeroes them.
+	f := frame.Build(frame.Spec{Src: netip.MustParseAddrPort("198.18.0.1:1"), Dst: netip.MustParseAddrPort("198.18.0.2:2")})
+	if _, err := xdptest.Run(dp, f); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := dp.Counters(); c[bpf.CounterRX] != 1 || c[bpf.CounterPass] != 1 {
+		t.Fatalf("after one frame: %v", c)
+	}
 	if err := dp.ResetCounters(); err != nil {
 		t.Fatal(err)
+	}
+	if c, _ := dp.Counters(); c != ([bpf.NumCounters]uint64{}) {
+		t.Errorf("after reset: %v", c)
 	}
 }
 

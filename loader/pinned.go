@@ -33,11 +33,8 @@ func OpenPinned(pinRoot string) (*Dataplane, error) {
 		return m, nil
 	}
 	var err error
-	for _, m := range []struct {
-		name string
-		dst  **ebpf.Map
-	}{{bpf.MapAV, &d.AV}, {bpf.MapAVRev, &d.AVRev}, {bpf.MapAVMeta, &d.AVMeta}, {bpf.MapAuthKey, &d.AuthKey}, {bpf.MapEP, &d.EP}, {bpf.MapStats, &d.Stats}} {
-		if *m.dst, err = open(m.name); err != nil {
+	for i, dst := range d.readOnlySet() {
+		if *dst, err = open(ReadOnlyMaps[i]); err != nil {
 			d.Close()
 			return nil, fmt.Errorf("loader: %w", err)
 		}
@@ -64,7 +61,7 @@ func (d *Dataplane) ShareWithGroup(gid int) error {
 	}
 	share(root, 0o750)
 	share(filepath.Join(root, "maps"), 0o750)
-	for _, name := range []string{bpf.MapAV, bpf.MapAVRev, bpf.MapAVMeta, bpf.MapAuthKey, bpf.MapEP, bpf.MapStats} {
+	for _, name := range ReadOnlyMaps {
 		share(filepath.Join(root, "maps", name), 0o640)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -76,6 +73,11 @@ func (d *Dataplane) ShareWithGroup(gid int) error {
 // ReadOnlyMaps is the order of the map descriptors FromFDs takes and the
 // agent hands out (client.OpenAV).
 var ReadOnlyMaps = []string{bpf.MapAV, bpf.MapAVRev, bpf.MapAVMeta, bpf.MapAuthKey, bpf.MapEP, bpf.MapStats}
+
+// readOnlySet is where the ReadOnlyMaps go, in that order.
+func (d *Dataplane) readOnlySet() []**ebpf.Map {
+	return []**ebpf.Map{&d.AV, &d.AVRev, &d.AVMeta, &d.AuthKey, &d.EP, &d.Stats}
+}
 
 // ReadOnlyFDs opens read-only handles on the dataplane's maps, in
 // ReadOnlyMaps order, for handing to applications (close them after).
@@ -109,7 +111,7 @@ func FromFDs(fds []int) (*Dataplane, error) {
 		return nil, fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
 	}
 	d := &Dataplane{pinned: true}
-	dst := []**ebpf.Map{&d.AV, &d.AVRev, &d.AVMeta, &d.AuthKey, &d.EP, &d.Stats}
+	dst := d.readOnlySet()
 	for i, fd := range fds {
 		m, err := ebpf.NewMapFromFD(fd)
 		if err != nil {
