@@ -164,7 +164,7 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 	case cfg.Netns != 0:
 		ns = cfg.Netns
 	default:
-		if ns, err = threadNetns(); err != nil {
+		if ns, err = ThreadNetns(); err != nil {
 			return nil, fmt.Errorf("netns: %w", errnoOf(err))
 		}
 	}

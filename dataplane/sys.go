@@ -47,7 +47,7 @@ func kickRx(fd int) unix.Errno {
 func netnsOf(fd int) (uint64, error) {
 	ns, err := socketNetns(fd)
 	if err != nil {
-		return threadNetns()
+		return ThreadNetns()
 	}
 	return ns, nil
 }
@@ -68,8 +68,9 @@ func socketNetns(fd int) (uint64, error) {
 	return st.Ino, nil
 }
 
-// threadNetns is the inode number of the calling thread's network namespace.
-func threadNetns() (uint64, error) {
+// ThreadNetns is the inode number of the calling thread's network namespace:
+// what tells device queues of equal ifindex in different namespaces apart.
+func ThreadNetns() (uint64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		return 0, err

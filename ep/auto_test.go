@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -26,7 +27,7 @@ func TestAutoProgress(t *testing.T) {
 	tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FORMAT_MSG, WaitObj: cq.WAIT_FD})
 	t.Cleanup(func() { tx.Close() })
 	a := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: r.a.local, AV: r.a.av, TxCQ: tx, RxCQ: rx,
-		Progress: ep.ProgressAuto, BindMode: 1})
+		Progress: ep.ProgressAuto, BindMode: dataplane.BindCopy})
 	const n = 200
 	for i := range n {
 		if err := a.Recv(make([]byte, 32), fi.AddrUnspec, i); err != nil {
@@ -36,8 +37,14 @@ func TestAutoProgress(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for range n {
-			send(t, r.b, func() error { return r.b.ep.Send([]byte("auto"), toA, nil) })
-			read(t, r.b.tx)
+			if err := trySend(r.b, func() error { return r.b.ep.Send([]byte("auto"), toA, nil) }); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, _, _, err := tryRead(r.b.tx); err != nil {
+				t.Error(err)
+				return
+			}
 		}
 	})
 	var buf [8]cq.Entry

@@ -8,7 +8,6 @@ import (
 
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
-	"golang.org/x/sys/unix"
 )
 
 // A device queue belongs to one UMEM at a time, so every endpoint of the
@@ -43,7 +42,7 @@ var devices = struct {
 // acquireDevice returns the calling thread's namespace's device for
 // ifindex, creating it with the endpoint's sizes if it is the first.
 func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
-	ns, err := threadNetns()
+	ns, err := dataplane.ThreadNetns()
 	if err != nil {
 		return nil, err
 	}
@@ -71,19 +70,11 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 // will run (Prepare): its UMEM is a memfd the application maps, and its
 // fill rings stay empty for the application to fill.
 func newPrivateDevice(ifindex, queues int, a *Attr) (*device, error) {
-	ns, err := threadNetns()
+	ns, err := dataplane.ThreadNetns()
 	if err != nil {
 		return nil, err
 	}
 	return newDevice(devKey{ns, ifindex}, queues, a, true)
-}
-
-func threadNetns() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return 0, fmt.Errorf("network namespace of this thread: %w", err)
-	}
-	return st.Ino, nil
 }
 
 func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err error) {

@@ -21,16 +21,16 @@ import (
 // Endpoint is an open datagram endpoint. Its methods are safe for
 // concurrent use.
 type Endpoint struct {
-	dp      *loader.Dataplane
-	av      *av.AV
-	attr    Attr
-	id      uint32
-	key     bpf.EPKey
-	xskBase uint32
-	queues  int
-	authKey uint32 // wire value, 0 = none
-	maxMsg  int    // largest payload
-	userIDs bool   // the AV reports user IDs
+	dp        *loader.Dataplane
+	av        *av.AV
+	attr      Attr
+	id        uint32
+	key       bpf.EPKey
+	xskBase   uint32
+	queues    int
+	authKey   uint32 // wire value, 0 = none
+	maxMsg    int    // largest payload
+	rxCtxBits int    // the AV's, read per send
 
 	dev  *device
 	umem *dataplane.UMEM
@@ -90,7 +90,10 @@ func (u undoList) run() {
 // path: the checks, the interface, the AV binding, the device and the
 // receive sockets. private gives the endpoint a device of its own with a
 // memfd-backed UMEM, for handing over to another process (Prepare).
-func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, undo undoList, err error) {
+func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, _ undoList, err error) {
+	// A local list: error returns set the result to nil, and the deferred
+	// undo must still see what was done.
+	var undo undoList
 	if dp == nil {
 		return nil, nil, fmt.Errorf("ep open: nil dataplane: %w", fi.EINVAL)
 	}
@@ -106,7 +109,7 @@ func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, undo und
 			e.queues = l.Attrs().NumRxQueues
 		}
 	}
-	e.setMaxMsg(iface.MTU)
+	e.setMaxMsg(maxMsgFor(iface.MTU, attr.Local.Addr()))
 	defer func() {
 		if err != nil {
 			undo.run()
@@ -135,16 +138,21 @@ func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, undo und
 	}
 	e.umem = e.dev.umem
 	undo.add(func() { releaseDevice(e.dev) })
+	undo.add(e.closeSockets) // before opening: closes those that did open
 	if err := e.openSockets(iface.Index); err != nil {
 		return nil, nil, err
 	}
-	undo.add(e.closeSockets)
 	return e, undo, nil
 }
 
-func (e *Endpoint) setMaxMsg(mtu int) {
-	ip := ipHeaderLen(e.attr.Local.Addr())
-	e.maxMsg = min(mtu, 4096-dataplane.PacketHeadroom-14) - ip - bpf.UDPHeaderLen - bpf.HdrLen
+// maxMsgFor is the largest message a link of MTU carries in one frame of
+// a 4096-byte UMEM chunk.
+func maxMsgFor(mtu int, local netip.Addr) int {
+	return min(mtu, 4096-dataplane.PacketHeadroom-14) - ipHeaderLen(local) - bpf.UDPHeaderLen - bpf.HdrLen
+}
+
+func (e *Endpoint) setMaxMsg(maxMsg int) {
+	e.maxMsg = maxMsg
 	if e.attr.MinMultiRecv == 0 {
 		e.attr.MinMultiRecv = e.maxMsg
 	}
@@ -154,7 +162,7 @@ func (e *Endpoint) setMaxMsg(mtu int) {
 // if set, triggers neighbour resolution instead of NTF_USE), the CQ
 // bindings, the device's transmit path and automatic progress.
 func (e *Endpoint) start(undo *undoList, use func(int, netip.Addr) error) (err error) {
-	e.userIDs = e.av.Attr().Flags&fi.AV_USER_ID != 0
+	e.rxCtxBits = e.av.Attr().RxCtxBits
 	if e.hops, err = newHopper(e.dev.key.ifindex, e.attr.Local.Addr(), use); err != nil {
 		return fmt.Errorf("ep open: %w", err)
 	}
@@ -185,7 +193,7 @@ func ipHeaderLen(a netip.Addr) int {
 func (e *Endpoint) openSockets(ifindex int) error {
 	cfg := e.dev.sockConfig(&e.attr, e.attr.Logger)
 	for c := range len(e.attr.RxCQs) {
-		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues)}
+		rc := e.newRxCtx()
 		e.rx = append(e.rx, rc)
 		for q := range e.queues {
 			s, err := dataplane.Open(ifindex, q, e.umem, cfg)
@@ -196,6 +204,10 @@ func (e *Endpoint) openSockets(ifindex int) error {
 		}
 	}
 	return nil
+}
+
+func (e *Endpoint) newRxCtx() *rxCtx {
+	return &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues)}
 }
 
 func (e *Endpoint) closeSockets() {
@@ -283,10 +295,7 @@ func (e *Endpoint) register() error {
 		}
 	}
 	e.id, e.xskBase = id, base
-	e.key = bpf.EPKey{Local: bpf.MakeAddr(e.attr.Local)}
-	if e.attr.Local.Addr().IsUnspecified() {
-		e.key.Local.Addr = [16]byte{}
-	}
+	e.key = bpf.EPKey{Local: bpf.MakeAddr(e.attr.Local)} // 0.0.0.0 and :: are the all-zero wildcard
 	policy := bpf.PolicyNotAvail
 	switch {
 	case e.attr.Caps&fi.SOURCE_ERR != 0:
@@ -369,15 +378,18 @@ func (e *Endpoint) Close() error {
 	if e.txcq != nil {
 		e.dev.tx.remove(e)
 	}
-	// Wait out concurrent progress before the rings go away; frames the
-	// endpoint still holds go back to their queues.
+	// Wait out concurrent progress and posts (they re-check closed under
+	// the context's lock) before the rings go away. Frames the endpoint
+	// holds, parked or still on its receive rings, are the device's UMEM's:
+	// they go back to their queues' fill rings, which outlive this endpoint.
 	for _, rc := range e.rx {
 		rc.mu.Lock()
-		for _, f := range rc.parked {
-			rc.release(f)
+		rc.drain()
+		rc.msgs, rc.tagged = nil, nil
+		if rc.cq != nil {
+			rc.cq.Unbind()
+			rc.cq = nil
 		}
-		rc.flush()
-		rc.parked = nil
 	}
 	e.closeSockets()
 	for _, rc := range e.rx {

@@ -71,14 +71,17 @@ func pingPong(t *testing.T, o rigOpts, n int, userIDs bool) {
 				errs <- err
 				return
 			}
-			e, src, ee := read(t, r.b.rx)
-			if ee != nil || src != wantAtB || e.OpContext != i {
-				errs <- fmt.Errorf("B recv %d: %+v src %v err %+v", i, e, src, ee)
+			e, src, ee, err := tryRead(r.b.rx)
+			if err != nil || ee != nil || src != wantAtB || e.OpContext != i {
+				errs <- fmt.Errorf("B recv %d: %+v src %v err %+v %v", i, e, src, ee, err)
 				return
 			}
-			send(t, r.b, func() error { return r.b.ep.Send(buf[:e.Len], aAtB, nil) })
-			if _, _, ee := read(t, r.b.tx); ee != nil {
-				errs <- fmt.Errorf("B send completion: %+v", ee)
+			if err := trySend(r.b, func() error { return r.b.ep.Send(buf[:e.Len], aAtB, nil) }); err != nil {
+				errs <- err
+				return
+			}
+			if _, _, ee, err := tryRead(r.b.tx); err != nil || ee != nil {
+				errs <- fmt.Errorf("B send completion: %+v %v", ee, err)
 				return
 			}
 		}

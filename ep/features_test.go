@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -350,7 +351,7 @@ func TestReopen(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	aAtB := r.b.insert(t, r.a.local)
 	r.a.insert(t, r.b.local)
-	attr := ep.Attr{Ifname: testbed.LinkName, Local: r.a.local, AV: r.a.av, TxCQ: r.a.tx, RxCQ: r.a.rx, BindMode: 1}
+	attr := ep.Attr{Ifname: testbed.LinkName, Local: r.a.local, AV: r.a.av, TxCQ: r.a.tx, RxCQ: r.a.rx, BindMode: dataplane.BindCopy}
 	fdsOpen, mapsOpen := resources(t)
 	r.a.ep.Close()
 	fds0, maps0 := resources(t)

@@ -52,7 +52,7 @@ type HandoverInfo struct {
 	Ifindex    int                    `json:"ifindex"`
 	Queues     int                    `json:"queues"`
 	RxContexts int                    `json:"rx_contexts"`
-	MTU        int                    `json:"mtu"`
+	MaxMsg     int                    `json:"max_msg"`
 	Frames     int                    `json:"frames"`
 	AuthKey    uint32                 `json:"auth_key,omitempty"`
 	Anchors    []dataplane.SocketInfo `json:"anchors"` // per queue; the first transmits
@@ -65,7 +65,7 @@ type HandoverInfo struct {
 func (p *Prepared) Handover() (HandoverInfo, []int) {
 	e := p.e
 	info := HandoverInfo{ID: e.id, Ifindex: e.dev.key.ifindex, Queues: e.queues, RxContexts: len(e.rx),
-		MTU: e.maxMsg + ipHeaderLen(e.attr.Local.Addr()) + 8 + 32, Frames: e.umem.NumFrames(), AuthKey: e.authKey}
+		MaxMsg: e.maxMsg, Frames: e.umem.NumFrames(), AuthKey: e.authKey}
 	fds := []int{e.umem.Memfd()}
 	for _, s := range e.dev.anchors {
 		info.Anchors = append(info.Anchors, s.Info())
@@ -151,7 +151,7 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 		return nil, fmt.Errorf("ep adopt: %d receive CQs for %d contexts: %w", len(attr.RxCQs), info.RxContexts, fi.EINVAL)
 	}
 	e := &Endpoint{av: attr.AV, attr: attr, queues: info.Queues, id: info.ID, authKey: info.AuthKey, release: a.Release}
-	e.setMaxMsg(info.MTU)
+	e.setMaxMsg(info.MaxMsg)
 	var undo undoList
 	defer func() {
 		if err != nil {
@@ -167,8 +167,9 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 	}
 	e.umem = e.dev.umem
 	undo.add(func() { releaseDevice(e.dev) })
+	undo.add(e.closeSockets) // before adopting: closes those adopted
 	for c := range info.RxContexts {
-		rc := &rxCtx{ep: e, idx: c, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues)}
+		rc := e.newRxCtx()
 		e.rx = append(e.rx, rc)
 		for q := range e.queues {
 			i := c*e.queues + q
@@ -181,7 +182,6 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 			rc.socks[q] = s
 		}
 	}
-	undo.add(e.closeSockets)
 	if err := e.start(&undo, a.NeighUse); err != nil {
 		return nil, err
 	}

@@ -18,9 +18,5 @@ type hopper interface {
 // network namespace, bound to its interface and, unless it is a wildcard,
 // its address. use, if set, replaces NTF_USE (see neigh.Options.Use).
 func newHopper(ifindex int, src netip.Addr, use func(int, netip.Addr) error) (hopper, error) {
-	o := neigh.Options{Ifindex: ifindex, Use: use}
-	if !src.IsUnspecified() {
-		o.SrcIP = src
-	}
-	return neigh.New(o)
+	return neigh.New(neigh.Options{Ifindex: ifindex, SrcIP: src, Use: use}) // neigh ignores an unspecified SrcIP
 }

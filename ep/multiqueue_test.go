@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -88,7 +89,7 @@ func TestQueuesDefaultToUsable(t *testing.T) {
 		return err
 	})
 	e := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: "vq0", Local: netip.MustParseAddrPort("198.19.254.1:7000"), AV: r.a.av,
-		TxCQ: r.a.tx, RxCQ: r.a.rx, BindMode: 1})
+		TxCQ: r.a.tx, RxCQ: r.a.rx, BindMode: dataplane.BindCopy})
 	if e.Queues() != 1 {
 		t.Errorf("listening on %d queues (the link reports %d)", e.Queues(), reported)
 	}

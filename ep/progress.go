@@ -9,19 +9,26 @@ import (
 // Progress drives the endpoint once: finished sends are completed and
 // arrived messages delivered. CQ reads call it (manual progress); call it
 // directly to progress without reading.
-func (e *Endpoint) Progress() {
+func (e *Endpoint) Progress() { e.progress() }
+
+// progress reports whether a receive context could not take its frames
+// for want of room (CQ full, or too many parked frames).
+func (e *Endpoint) progress() (blocked bool) {
 	if e.closed.Load() {
-		return
+		return false
 	}
 	e.dev.tx.progress()
 	for _, c := range e.rx {
-		c.progress()
+		blocked = c.progress() || blocked
 	}
+	return blocked
 }
 
 // autoProgress is the automatic-progress goroutine: it sleeps in poll(2)
 // on the receive sockets and progresses when they have frames, or every
-// millisecond while sends are outstanding.
+// millisecond while sends are outstanding. While it cannot take frames
+// (the application is not reading its CQ), it sleeps instead of polling
+// sockets that stay readable.
 func (e *Endpoint) autoProgress() {
 	defer close(e.done)
 	var fds []unix.PollFd
@@ -30,6 +37,7 @@ func (e *Endpoint) autoProgress() {
 			fds = append(fds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
 		}
 	}
+	blocked := false
 	for {
 		select {
 		case <-e.stop:
@@ -43,10 +51,11 @@ func (e *Endpoint) autoProgress() {
 			timeout = 1
 		}
 		t.mu.Unlock()
-		unix.Poll(fds, timeout)
-		e.Progress()
-		if timeout == 1 {
-			time.Sleep(0)
+		if blocked {
+			time.Sleep(time.Duration(timeout) * time.Millisecond)
+		} else {
+			unix.Poll(fds, timeout)
 		}
+		blocked = e.progress()
 	}
 }

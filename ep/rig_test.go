@@ -2,6 +2,7 @@ package ep_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -120,31 +121,40 @@ func (s *side) insert(t *testing.T, peer netip.AddrPort) fi.Addr {
 	return out[0]
 }
 
-// read returns the next completion of q (or its error entry), waiting up
-// to a generous deadline that only guards against hangs.
-func read(t *testing.T, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry) {
-	t.Helper()
+// tryRead returns the next completion of q (or its error entry), waiting up
+// to a generous deadline that only guards against hangs. Safe to call from
+// any goroutine.
+func tryRead(q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error) {
 	var buf [1]cq.Entry
 	var src [1]fi.Addr
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		n, err := q.ReadFrom(buf[:], src[:])
 		if n == 1 {
-			return buf[0], src[0], nil
+			return buf[0], src[0], nil, nil
 		}
 		if errors.Is(err, fi.EAVAIL) {
 			var e cq.ErrEntry
 			if err := q.ReadErr(&e); err != nil {
-				t.Fatalf("readerr: %v", err)
+				return cq.Entry{}, 0, nil, fmt.Errorf("readerr: %w", err)
 			}
-			return cq.Entry{}, e.SrcAddr, &e
+			return cq.Entry{}, e.SrcAddr, &e, nil
 		}
 		if !errors.Is(err, fi.EAGAIN) {
-			t.Fatalf("read: %v", err)
+			return cq.Entry{}, 0, nil, fmt.Errorf("read: %w", err)
 		}
 	}
-	t.Fatalf("no completion within 10 s")
-	return cq.Entry{}, 0, nil
+	return cq.Entry{}, 0, nil, errors.New("no completion within 10 s")
+}
+
+// read is tryRead for the test's own goroutine.
+func read(t *testing.T, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry) {
+	t.Helper()
+	e, src, ee, err := tryRead(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, src, ee
 }
 
 // empty checks q has nothing more after progressing.
@@ -159,20 +169,24 @@ func empty(t *testing.T, q *cq.CQ) {
 	}
 }
 
-// send sends with retries on EAGAIN (transient: ring or CQ busy, or the
-// next hop still resolving).
-func send(t *testing.T, s *side, f func() error) {
-	t.Helper()
+// trySend sends with retries on EAGAIN (transient: ring or CQ busy, or
+// the next hop still resolving). Safe to call from any goroutine.
+func trySend(s *side, f func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		err := f()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, fi.EAGAIN) {
-			t.Fatalf("send: %v", err)
+		if err == nil || !errors.Is(err, fi.EAGAIN) {
+			return err
 		}
 		s.ep.Progress()
 	}
-	t.Fatal("send: EAGAIN for 10 s")
+	return errors.New("send: EAGAIN for 10 s")
+}
+
+// send is trySend for the test's own goroutine.
+func send(t *testing.T, s *side, f func() error) {
+	t.Helper()
+	if err := trySend(s, f); err != nil {
+		t.Fatalf("send: %v", err)
+	}
 }

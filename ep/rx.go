@@ -20,7 +20,6 @@ const AnySource fi.Addr = 0xffffffff
 // receives and the frames that arrived before a matching receive.
 type rxCtx struct {
 	ep    *Endpoint
-	idx   int
 	socks []*dataplane.Socket
 	cq    *cq.Producer
 
@@ -122,6 +121,9 @@ func (c *rxCtx) post(op recvOp, tagged bool) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e.closed.Load() { // Close may have run since the check above
+		return fmt.Errorf("ep recv: endpoint closed: %w", fi.EOPBADSTATE)
+	}
 	if len(c.msgs)+len(c.tagged) >= e.attr.MaxPosted {
 		return fmt.Errorf("ep recv: %d receives posted: %w", len(c.msgs)+len(c.tagged), fi.EAGAIN)
 	}
@@ -143,6 +145,9 @@ func (c *rxCtx) post(op recvOp, tagged bool) error {
 func (c *rxCtx) cancel(ctx any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.ep.closed.Load() {
+		return fmt.Errorf("ep cancel: endpoint closed: %w", fi.EOPBADSTATE)
+	}
 	for _, q := range []*[]recvOp{&c.msgs, &c.tagged} {
 		for i := range *q {
 			if !sameContext((*q)[i].ctx, ctx) {
@@ -176,14 +181,17 @@ func sameContext(a, b any) bool {
 // dequeues no more frames than it has room for, both in the CQ and for
 // parking unmatched ones, so a slow reader leaves frames in the ring where
 // the kernel counts drops.
-func (c *rxCtx) progress() {
+//
+// It reports blocked when it left frames behind for want of room: polling
+// the sockets for input would then return at once, again and again.
+func (c *rxCtx) progress() (blocked bool) {
 	if !c.mu.TryLock() {
-		return // another goroutine is at it
+		return false // another goroutine is at it
 	}
 	defer c.mu.Unlock()
 	defer c.flush()
 	if c.ep.closed.Load() {
-		return
+		return false
 	}
 	if len(c.parked) > 0 {
 		c.drainParked()
@@ -192,11 +200,11 @@ func (c *rxCtx) progress() {
 	for q, s := range c.socks {
 		room := min(parkRoom, len(c.descs))
 		if room <= 0 {
-			return
+			return true
 		}
 		n, err := c.cq.Reserve(room)
 		if err != nil || n == 0 {
-			return
+			return true
 		}
 		got := s.Receive(c.descs[:n])
 		for _, d := range c.descs[:got] {
@@ -208,6 +216,7 @@ func (c *rxCtx) progress() {
 		}
 		c.cq.Commit()
 	}
+	return false
 }
 
 // drainParked delivers parked frames that now match a posted receive, in
@@ -353,6 +362,24 @@ func (c *rxCtx) rawSource(pkt []byte, m bpf.Meta) []byte {
 	}
 	ap := netip.AddrPortFrom(ip, port)
 	return fi.EncodeSockaddr(c.raw[:0], ap)
+}
+
+// drain gives back every frame the context holds: parked ones and those
+// still on its sockets' receive rings. The caller holds c.mu and no
+// redirect reaches the sockets any more.
+func (c *rxCtx) drain() {
+	for _, f := range c.parked {
+		c.release(f)
+	}
+	c.parked = nil
+	for q, s := range c.socks {
+		for n := s.Receive(c.descs); n > 0; n = s.Receive(c.descs) {
+			for _, d := range c.descs[:n] {
+				c.release(frameRef{addr: d.Addr, len: d.Len, q: q})
+			}
+		}
+	}
+	c.flush()
 }
 
 // release queues a frame for its queue's fill ring; flush hands the queued

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -19,7 +20,7 @@ func TestEndpointsShareInterface(t *testing.T) {
 	tx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
 	rx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
 	t.Cleanup(func() { tx2.Close(); rx2.Close() })
-	e2 := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: second, AV: r.a.av, TxCQ: tx2, RxCQ: rx2, BindMode: 1})
+	e2 := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: second, AV: r.a.av, TxCQ: tx2, RxCQ: rx2, BindMode: dataplane.BindCopy})
 	toA1 := r.b.insert(t, r.a.local)
 	toA2 := r.b.insert(t, second)
 	bAtA := r.a.insert(t, r.b.local)
@@ -57,7 +58,7 @@ func TestEndpointsShareInterface(t *testing.T) {
 	}
 	// A second endpoint on the same address and port is refused.
 	err := r.a.h.Do(func() error {
-		_, err := ep.Open(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: r.a.local, AV: r.a.av, TxCQ: tx2, RxCQ: rx2, BindMode: 1})
+		_, err := ep.Open(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: r.a.local, AV: r.a.av, TxCQ: tx2, RxCQ: rx2, BindMode: dataplane.BindCopy})
 		return err
 	})
 	if err == nil || fi.Code(err) != fi.EADDRINUSE {

@@ -2,6 +2,7 @@ package ep
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sync"
@@ -40,9 +41,7 @@ func (t *txState) init(d *device, frames int) {
 	t.inflight = make([]txOp, frames)
 	t.addrs = make([]uint64, 64)
 	t.descs = make([]dataplane.Desc, 1)
-	for fs := d.umem.FrameSize(); fs > 1; fs >>= 1 {
-		t.shift++
-	}
+	t.shift = uint(bits.TrailingZeros(uint(d.umem.FrameSize())))
 }
 
 func (t *txState) add(e *Endpoint) {
@@ -118,6 +117,7 @@ func (e *Endpoint) TxCompletion() fi.Flags { return e.attr.OpFlags }
 // The transmit path's EAGAIN errors are made once: a caller retrying a
 // busy send must not allocate per attempt.
 var (
+	errClosed     = fmt.Errorf("ep send: endpoint closed: %w", fi.EOPBADSTATE)
 	errTxCQFull   = fmt.Errorf("ep send: transmit CQ full, read it: %w", fi.EAGAIN)
 	errNoFrame    = fmt.Errorf("ep send: no free transmit frame: %w", fi.EAGAIN)
 	errTxRingFull = fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
@@ -129,15 +129,15 @@ const sendFlags = fi.REMOTE_CQ_DATA | fi.INJECT | fi.MORE | fi.INJECT_COMPLETE |
 // the top rx_ctx_bits are the context (fi_rx_addr), bits 32 and up below
 // them the group (fi_group_addr), the low 32 bits the index.
 func (e *Endpoint) decode(dest fi.Addr) (idx fi.Addr, rxCtx uint8, group uint32, err error) {
-	bits := e.av.Attr().RxCtxBits
+	n := e.rxCtxBits
 	v := uint64(dest)
-	if bits > 0 {
-		ctx := v >> (64 - bits)
+	if n > 0 {
+		ctx := v >> (64 - n)
 		if ctx > 255 {
 			return 0, 0, 0, fmt.Errorf("receive context %d: %w", ctx, fi.EINVAL)
 		}
 		rxCtx = uint8(ctx)
-		v &^= ^uint64(0) << (64 - bits)
+		v &^= ^uint64(0) << (64 - n)
 	}
 	return fi.Addr(v & 0xffffffff), rxCtx, uint32(v >> 32), nil
 }
@@ -187,6 +187,11 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	t := &e.dev.tx
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if e.closed.Load() {
+		// Close ran during the next-hop lookup; it has removed (or will
+		// remove, after this) the endpoint from the device under t.mu.
+		return errClosed
+	}
 	t.reclaim()
 	if report && len(e.waiting) > 0 {
 		return errTxCQFull
