@@ -236,7 +236,10 @@ func (q *CQ) Stats() Stats {
 // nothing, while producers are bound, so it can be retried after they
 // unbind. Entries still queued are discarded (and counted in
 // Stats.Discarded); blocked SReads return fi.EBADF. A second Close fails with
-// fi.EBADF. Descriptors obtained through GETWAIT are closed.
+// fi.EBADF. Descriptors obtained through GETWAIT are closed. Reads that
+// race Close return fi.EBADF, never an entry counted as discarded; with
+// Attr.SingleConsumer, Close is one of the consumer's calls and must not run
+// concurrently with its reads.
 func (q *CQ) Close() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -252,6 +255,9 @@ func (q *CQ) Close() error {
 	}
 	h := q.head.Load()
 	q.discarded.Store(q.tail.Load() - h)
+	// Drop the queued contexts and buffers: nobody can read them now.
+	clear(q.ring)
+	q.errBuf = nil
 	if !q.attr.SingleConsumer {
 		q.consMu.Unlock()
 	}

@@ -9,48 +9,44 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// Errors the read calls return, built once so that polling an empty CQ does
-// not allocate.
-var (
-	errReadAgain     = fmt.Errorf("cq read: no completion: %w", fi.EAGAIN)
-	errReadAvail     = fmt.Errorf("cq read: error completion at the head, call ReadErr: %w", fi.EAVAIL)
-	errReadOverrun   = fmt.Errorf("cq read: completion queue overrun: %w", fi.EOVERRUN)
-	errReadClosed    = fmt.Errorf("cq read: closed: %w", fi.EBADF)
-	errSReadAgain    = fmt.Errorf("cq sread: timed out or signaled: %w", fi.EAGAIN)
-	errSReadAvail    = fmt.Errorf("cq sread: error completion at the head, call ReadErr: %w", fi.EAVAIL)
-	errSReadOverrun  = fmt.Errorf("cq sread: completion queue overrun: %w", fi.EOVERRUN)
-	errSReadClosed   = fmt.Errorf("cq sread: closed: %w", fi.EBADF)
-	errReadErrAgain  = fmt.Errorf("cq readerr: no error completion at the head: %w", fi.EAGAIN)
-	errReadErrOver   = fmt.Errorf("cq readerr: completion queue overrun: %w", fi.EOVERRUN)
-	errReadErrClosed = fmt.Errorf("cq readerr: closed: %w", fi.EBADF)
-)
-
-func readError(code fi.Errno) error {
-	switch code {
-	case 0:
-		return nil
-	case fi.EAGAIN:
-		return errReadAgain
-	case fi.EAVAIL:
-		return errReadAvail
-	case fi.EOVERRUN:
-		return errReadOverrun
-	}
-	return fmt.Errorf("cq read: %w", code)
+// opErrors are the errors of one read call, built once so that polling an
+// empty CQ does not allocate.
+type opErrors struct {
+	op                            string
+	again, avail, overrun, closed error
 }
 
-func sreadError(code fi.Errno) error {
+func newOpErrors(op, again string) *opErrors {
+	return &opErrors{
+		op:      op,
+		again:   fmt.Errorf("%s: %s: %w", op, again, fi.EAGAIN),
+		avail:   fmt.Errorf("%s: error completion at the head, call ReadErr: %w", op, fi.EAVAIL),
+		overrun: fmt.Errorf("%s: completion queue overrun: %w", op, fi.EOVERRUN),
+		closed:  fmt.Errorf("%s: closed: %w", op, fi.EBADF),
+	}
+}
+
+var (
+	readErrs    = newOpErrors("cq read", "no completion")
+	sreadErrs   = newOpErrors("cq sread", "timed out or signaled")
+	readErrErrs = newOpErrors("cq readerr", "no error completion at the head")
+)
+
+// of maps a take or ReadErr result to its error.
+func (e *opErrors) of(code fi.Errno) error {
 	switch code {
 	case 0:
 		return nil
 	case fi.EAGAIN:
-		return errSReadAgain
+		return e.again
 	case fi.EAVAIL:
-		return errSReadAvail
+		return e.avail
 	case fi.EOVERRUN:
-		return errSReadOverrun
+		return e.overrun
+	case fi.EBADF:
+		return e.closed
 	}
-	return fmt.Errorf("cq sread: %w", code)
+	return fmt.Errorf("%s: %w", e.op, code)
 }
 
 // Read takes up to len(buf) completions from the head of the CQ without
@@ -68,12 +64,7 @@ func sreadError(code fi.Errno) error {
 // progress). It takes no lock with Attr.SingleConsumer, and never allocates
 // or makes a system call.
 func (q *CQ) Read(buf []Entry) (int, error) {
-	if q.closed.Load() {
-		return 0, errReadClosed
-	}
-	q.progress()
-	n, code := q.take(buf, nil)
-	return n, readError(code)
+	return q.ReadFrom(buf, nil)
 }
 
 // ReadFrom is Read that also reports each entry's source (fi_cq_readfrom):
@@ -86,18 +77,26 @@ func (q *CQ) ReadFrom(buf []Entry, src []fi.Addr) (int, error) {
 		return 0, fmt.Errorf("cq readfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
 	}
 	if q.closed.Load() {
-		return 0, errReadClosed
+		return 0, readErrs.closed
 	}
 	q.progress()
 	n, code := q.take(buf, src)
-	return n, readError(code)
+	return n, readErrs.of(code)
 }
 
-// take moves successful entries from the head into buf.
+// take moves successful entries from the head into buf. It answers
+// fi.EBADF once Close has run: Close counts what is left as discarded under
+// the same lock.
 func (q *CQ) take(buf []Entry, src []fi.Addr) (int, fi.Errno) {
 	for {
 		if !q.attr.SingleConsumer {
 			q.consMu.Lock()
+		}
+		if q.closed.Load() {
+			if !q.attr.SingleConsumer {
+				q.consMu.Unlock()
+			}
+			return 0, fi.EBADF
 		}
 		h := q.head.Load()
 		t := q.tail.Load()
@@ -193,23 +192,23 @@ func (q *CQ) ReadErr(e *ErrEntry) error {
 	if e == nil {
 		return fmt.Errorf("cq readerr: nil entry: %w", fi.EINVAL)
 	}
-	if q.closed.Load() {
-		return errReadErrClosed
-	}
 	if !q.attr.SingleConsumer {
 		q.consMu.Lock()
 		defer q.consMu.Unlock()
 	}
+	if q.closed.Load() {
+		return readErrErrs.closed
+	}
 	h := q.head.Load()
 	if q.tail.Load() == h {
 		if q.overrun.Load() && q.tail.Load() == h {
-			return errReadErrOver
+			return readErrErrs.overrun
 		}
-		return errReadErrAgain
+		return readErrErrs.again
 	}
 	s := &q.ring[h&q.mask]
 	if !s.isErr {
-		return errReadErrAgain
+		return readErrErrs.again
 	}
 	ei := s.ei
 	user := e.ErrData
@@ -271,7 +270,7 @@ func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, 
 		return 0, fmt.Errorf("cq sread: CQ opened with %s: %w", q.attr.WaitObj, fi.EINVAL)
 	}
 	if q.closed.Load() {
-		return 0, errSReadClosed
+		return 0, sreadErrs.closed
 	}
 	var deadline time.Time
 	if timeout > 0 {
@@ -283,16 +282,16 @@ func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, 
 		if q.ready() {
 			n, code := q.take(buf, src)
 			if code != fi.EAGAIN {
-				return n, sreadError(code)
+				return n, sreadErrs.of(code)
 			}
 		}
 		if q.closed.Load() {
-			return 0, errSReadClosed
+			return 0, sreadErrs.closed
 		}
 		if (q.signaled.Load() && q.signaled.CompareAndSwap(true, false)) ||
 			timeout == 0 || (timeout > 0 && !time.Now().Before(deadline)) {
 			n, code := q.take(buf, src)
-			return n, sreadError(code)
+			return n, sreadErrs.of(code)
 		}
 		q.block(deadline, timeout < 0, &backoff)
 	}
