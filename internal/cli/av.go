@@ -68,19 +68,16 @@ func avCreate(fs *flag.FlagSet, name *string) agentRun {
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		c, err := e.dial()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		info, err := c.AVCreate(client.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count})
-		if err != nil {
-			return err
-		}
-		e.emit(info, func(w io.Writer) {
-			fmt.Fprintf(w, "AV %q: id %d, type %s, %d addresses, flags %v\n", info.Name, info.ID, info.Type, info.Entries, info.Flags)
+		return e.call(func(c *client.Client) error {
+			info, err := c.AVCreate(client.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count})
+			if err != nil {
+				return err
+			}
+			e.emit(info, func(w io.Writer) {
+				fmt.Fprintf(w, "AV %q: id %d, type %s, %d addresses, flags %v\n", info.Name, info.ID, info.Type, info.Entries, info.Flags)
+			})
+			return nil
 		})
-		return nil
 	}
 }
 
@@ -101,16 +98,13 @@ func avInsert(fs *flag.FlagSet, name *string) agentRun {
 			}
 			req.UserIDs = ids
 		}
-		c, err := e.dial()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		r, err := c.AVInsert(req)
-		if err != nil {
-			return err
-		}
-		return e.insertResult(args, r)
+		return e.call(func(c *client.Client) error {
+			r, err := c.AVInsert(req)
+			if err != nil {
+				return err
+			}
+			return e.insertResult(args, r)
+		})
 	}
 }
 
@@ -157,16 +151,13 @@ func avInsertSvc(e *env, name string, args []string) error {
 	if len(args) != 2 {
 		return usagef("want NODE SERVICE")
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: 1, Service: args[1], SvcCnt: 1})
-	if err != nil {
-		return err
-	}
-	return e.insertResult([]string{args[0] + ":" + args[1]}, r)
+	return e.call(func(c *client.Client) error {
+		r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: 1, Service: args[1], SvcCnt: 1})
+		if err != nil {
+			return err
+		}
+		return e.insertResult([]string{args[0] + ":" + args[1]}, r)
+	})
 }
 
 func avInsertSym(e *env, name string, args []string) error {
@@ -178,20 +169,17 @@ func avInsertSym(e *env, name string, args []string) error {
 	if err1 != nil || err2 != nil {
 		return usagef("NODECNT and SVCCNT are numbers")
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: nodes, Service: args[2], SvcCnt: svcs})
-	if err != nil {
-		return err
-	}
-	labels := make([]string, len(r.FiAddrs))
-	for i := range labels {
-		labels[i] = fmt.Sprintf("%s+%d:%s+%d", args[0], i/max(svcs, 1), args[2], i%max(svcs, 1))
-	}
-	return e.insertResult(labels, r)
+	return e.call(func(c *client.Client) error {
+		r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: nodes, Service: args[2], SvcCnt: svcs})
+		if err != nil {
+			return err
+		}
+		labels := make([]string, len(r.FiAddrs))
+		for i := range labels {
+			labels[i] = fmt.Sprintf("%s+%d:%s+%d", args[0], i/max(svcs, 1), args[2], i%max(svcs, 1))
+		}
+		return e.insertResult(labels, r)
+	})
 }
 
 func parseAddrList(s string) ([]fi.Addr, error) {
@@ -240,16 +228,13 @@ func avRemove(e *env, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.AVRemove(name, fas); err != nil {
-		return err
-	}
-	e.emit(map[string]any{"removed": fas}, func(w io.Writer) { fmt.Fprintf(w, "removed %d\n", len(fas)) })
-	return nil
+	return e.call(func(c *client.Client) error {
+		if err := c.AVRemove(name, fas); err != nil {
+			return err
+		}
+		e.emit(map[string]any{"removed": fas}, func(w io.Writer) { fmt.Fprintf(w, "removed %d\n", len(fas)) })
+		return nil
+	})
 }
 
 func avLookup(e *env, name string, args []string) error {
@@ -260,17 +245,14 @@ func avLookup(e *env, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	x, err := c.AVLookup(name, fas[0])
-	if err != nil {
-		return err
-	}
-	e.emit(x, func(w io.Writer) { fmt.Fprintf(w, "%d\t%s\t%s\t\n", uint64(x.FiAddr), x.Addr, userID(x.UserID)) })
-	return nil
+	return e.call(func(c *client.Client) error {
+		x, err := c.AVLookup(name, fas[0])
+		if err != nil {
+			return err
+		}
+		e.emit(x, func(w io.Writer) { fmt.Fprintf(w, "%d\t%s\t%s\t\n", uint64(x.FiAddr), x.Addr, userID(x.UserID)) })
+		return nil
+	})
 }
 
 func userID(id fi.Addr) string {
@@ -284,22 +266,19 @@ func avList(e *env, name string, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	info, err := c.AVList(name)
-	if err != nil {
-		return err
-	}
-	e.emit(info, func(w io.Writer) {
-		fmt.Fprintln(w, "FI_ADDR\tADDRESS\tUSER ID\tREFS\t")
-		for _, x := range info.List {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%d\t\n", uint64(x.FiAddr), x.Addr, userID(x.UserID), x.Refs)
+	return e.call(func(c *client.Client) error {
+		info, err := c.AVList(name)
+		if err != nil {
+			return err
 		}
+		e.emit(info, func(w io.Writer) {
+			fmt.Fprintln(w, "FI_ADDR\tADDRESS\tUSER ID\tREFS\t")
+			for _, x := range info.List {
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t\n", uint64(x.FiAddr), x.Addr, userID(x.UserID), x.Refs)
+			}
+		})
+		return nil
 	})
-	return nil
 }
 
 func avStrAddr(e *env, name string, args []string) error {
@@ -312,17 +291,14 @@ func avStrAddr(e *env, name string, args []string) error {
 			return usagef("address %q: %v", args[0], err)
 		}
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	s, err := c.AVStrAddr(name, fi.EncodeSockaddr(nil, ap))
-	if err != nil {
-		return err
-	}
-	e.emit(map[string]string{"straddr": s}, func(w io.Writer) { fmt.Fprintln(w, s) })
-	return nil
+	return e.call(func(c *client.Client) error {
+		s, err := c.AVStrAddr(name, fi.EncodeSockaddr(nil, ap))
+		if err != nil {
+			return err
+		}
+		e.emit(map[string]string{"straddr": s}, func(w io.Writer) { fmt.Fprintln(w, s) })
+		return nil
+	})
 }
 
 func avSetUserID(e *env, name string, args []string) error {
@@ -333,32 +309,26 @@ func avSetUserID(e *env, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.AVSetUserID(name, fas[0], fas[1]); err != nil {
-		return err
-	}
-	e.emit(map[string]any{"fi_addr": fas[0], "user_id": fas[1]}, func(w io.Writer) {
-		fmt.Fprintf(w, "fi_addr %d reports user ID %#x\n", uint64(fas[0]), uint64(fas[1]))
+	return e.call(func(c *client.Client) error {
+		if err := c.AVSetUserID(name, fas[0], fas[1]); err != nil {
+			return err
+		}
+		e.emit(map[string]any{"fi_addr": fas[0], "user_id": fas[1]}, func(w io.Writer) {
+			fmt.Fprintf(w, "fi_addr %d reports user ID %#x\n", uint64(fas[0]), uint64(fas[1]))
+		})
+		return nil
 	})
-	return nil
 }
 
 func avDestroy(e *env, name string, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.AVDestroy(name); err != nil {
-		return err
-	}
-	e.emit(map[string]string{"destroyed": name}, func(w io.Writer) { fmt.Fprintf(w, "destroyed %s\n", name) })
-	return nil
+	return e.call(func(c *client.Client) error {
+		if err := c.AVDestroy(name); err != nil {
+			return err
+		}
+		e.emit(map[string]string{"destroyed": name}, func(w io.Writer) { fmt.Fprintf(w, "destroyed %s\n", name) })
+		return nil
+	})
 }

@@ -38,10 +38,18 @@ type env struct {
 	socket    string
 }
 
-// dial connects to the agent (after the command checked its arguments).
-func (e *env) dial() (*client.Client, error) { return client.Dial(e.socket) }
+// call connects to the agent, runs f and hangs up. Commands check their
+// arguments first, so that a usage error needs no agent.
+func (e *env) call(f func(c *client.Client) error) error {
+	c, err := client.Dial(e.socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(c)
+}
 
-// agentRun runs a command that talks to the agent; it dials with e.dial.
+// agentRun runs a command that talks to the agent, through e.call.
 type agentRun func(ctx context.Context, e *env, args []string) error
 
 // agentCmd registers a command of the agent: --socket and -o for all of

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/client"
 )
 
 func init() {
@@ -26,35 +27,32 @@ func runStatus(_ context.Context, e *env, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	s, err := c.Status()
-	if err != nil {
-		return err
-	}
-	e.emit(s, func(w io.Writer) {
-		fmt.Fprintf(w, "pin root\t%s\nagent restarts\t%d\nclients\t%d\n\n", s.PinRoot, s.Restarts, s.Clients)
-		fmt.Fprintln(w, "IFACE\tIFINDEX\tMODE\tADOPTED\t")
-		for _, a := range s.Attachments {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%v\t\n", a.Iface, a.Ifindex, a.Mode, a.Adopted)
+	return e.call(func(c *client.Client) error {
+		s, err := c.Status()
+		if err != nil {
+			return err
 		}
-		fmt.Fprintln(w, "\nMAP\tENTRIES\tMAX\t")
-		for _, m := range s.Maps {
-			fmt.Fprintf(w, "%s\t%d\t%d\t\n", m.Name, m.Entries, m.MaxEntries)
-		}
-		fmt.Fprintln(w, "\nAV\tID\tTYPE\tENTRIES\tFLAGS\t")
-		for _, v := range s.AVs {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%v\t\n", v.Name, v.ID, v.Type, v.Entries, v.Flags)
-		}
-		fmt.Fprintln(w, "\nENDPOINT\tLOCAL\tAV\tXSK SLOTS\tCONTEXTS\tQUEUES\tUNKNOWN SOURCES\t")
-		for _, p := range s.Endpoints {
-			fmt.Fprintf(w, "%d\t%s\t%d\t%d-%d\t%d\t%d\t%s\t\n", p.ID, p.Local, p.AVID, p.XSKBase, p.XSKBase+uint32(p.RxCtxs*p.Queues)-1, p.RxCtxs, p.Queues, p.Policy)
-		}
+		e.emit(s, func(w io.Writer) {
+			fmt.Fprintf(w, "pin root\t%s\nagent restarts\t%d\nclients\t%d\n\n", s.PinRoot, s.Restarts, s.Clients)
+			fmt.Fprintln(w, "IFACE\tIFINDEX\tMODE\tADOPTED\t")
+			for _, a := range s.Attachments {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%v\t\n", a.Iface, a.Ifindex, a.Mode, a.Adopted)
+			}
+			fmt.Fprintln(w, "\nMAP\tENTRIES\tMAX\t")
+			for _, m := range s.Maps {
+				fmt.Fprintf(w, "%s\t%d\t%d\t\n", m.Name, m.Entries, m.MaxEntries)
+			}
+			fmt.Fprintln(w, "\nAV\tID\tTYPE\tENTRIES\tFLAGS\t")
+			for _, v := range s.AVs {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%v\t\n", v.Name, v.ID, v.Type, v.Entries, v.Flags)
+			}
+			fmt.Fprintln(w, "\nENDPOINT\tLOCAL\tAV\tXSK SLOTS\tCONTEXTS\tQUEUES\tUNKNOWN SOURCES\t")
+			for _, p := range s.Endpoints {
+				fmt.Fprintf(w, "%d\t%s\t%d\t%d-%d\t%d\t%d\t%s\t\n", p.ID, p.Local, p.AVID, p.XSKBase, p.XSKBase+uint32(p.RxCtxs*p.Queues)-1, p.RxCtxs, p.Queues, p.Policy)
+			}
+		})
+		return nil
 	})
-	return nil
 }
 
 func statsCmd(fs *flag.FlagSet) agentRun {
@@ -63,43 +61,40 @@ func statsCmd(fs *flag.FlagSet) agentRun {
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		c, err := e.dial()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		prev, err := c.Stats()
-		if err != nil {
-			return err
-		}
-		if *watch <= 0 {
-			e.emit(prev, func(w io.Writer) { printCounters(w, prev, nil) })
-			return nil
-		}
-		t := time.NewTicker(*watch)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case now := <-t.C:
-				cur, err := c.Stats()
-				if err != nil {
-					return err
-				}
-				dt := now.Sub(last).Seconds()
-				rates := map[string]float64{}
-				for k, v := range cur {
-					rates[k] = float64(v-prev[k]) / dt
-				}
-				e.emit(map[string]any{"time": now.UTC(), "per_second": rates, "total": cur}, func(w io.Writer) {
-					fmt.Fprintf(w, "%s\n", now.Format(time.TimeOnly))
-					printCounters(w, cur, rates)
-				})
-				prev, last = cur, now
+		return e.call(func(c *client.Client) error {
+			prev, err := c.Stats()
+			if err != nil {
+				return err
 			}
-		}
+			if *watch <= 0 {
+				e.emit(prev, func(w io.Writer) { printCounters(w, prev, nil) })
+				return nil
+			}
+			t := time.NewTicker(*watch)
+			defer t.Stop()
+			last := time.Now()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case now := <-t.C:
+					cur, err := c.Stats()
+					if err != nil {
+						return err
+					}
+					dt := now.Sub(last).Seconds()
+					rates := map[string]float64{}
+					for k, v := range cur {
+						rates[k] = float64(v-prev[k]) / dt
+					}
+					e.emit(map[string]any{"time": now.UTC(), "per_second": rates, "total": cur}, func(w io.Writer) {
+						fmt.Fprintf(w, "%s\n", now.Format(time.TimeOnly))
+						printCounters(w, cur, rates)
+					})
+					prev, last = cur, now
+				}
+			}
+		})
 	}
 }
 
@@ -130,15 +125,12 @@ func detachCmd(fs *flag.FlagSet) agentRun {
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		c, err := e.dial()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		if err := c.Detach(*iface); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.out, "detached from %s\n", *iface)
-		return nil
+		return e.call(func(c *client.Client) error {
+			if err := c.Detach(*iface); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "detached from %s\n", *iface)
+			return nil
+		})
 	}
 }
