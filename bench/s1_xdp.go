@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -122,8 +123,8 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Dataplane, empty, drop *ebpf
 	}
 	defer dp.EP.Delete(key)
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
-	tmpl := frameSpec{Src: addrs[0], Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, 64)}
-	base := buildFrame(tmpl)
+	tmpl := frame.Spec{Src: addrs[0], Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, 64)}
+	base := frame.Build(tmpl)
 
 	// Steady state: live-frame test runs of 2^20 packets, each packet's
 	// source rewritten from a table of random AV members, the rewriter then
@@ -177,7 +178,7 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Dataplane, empty, drop *ebpf
 	frames := make([][]byte, nframes)
 	for i := range frames {
 		tmpl.Src = addrs[rng.IntN(n)]
-		frames[i] = buildFrame(tmpl)
+		frames[i] = frame.Build(tmpl)
 	}
 	var cold [2][]float64
 	err = onThread(nil, cfg.cpuMeasure, func() error {

@@ -23,6 +23,7 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -504,7 +505,7 @@ func runRxCapacity(r *results, cfg *config) error {
 	from := netip.AddrPortFrom(bd.a.v4, senderPort)
 	local := netip.AddrPortFrom(bd.b.v4, rxPort)
 	payload := wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen))
-	frame := buildFrame(frameSpec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: from, Dst: local,
+	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: from, Dst: local,
 		Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen)})
 	pass, err := retProgram(xdpPass)
 	if err != nil {
@@ -647,7 +648,7 @@ func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, gen
 	defer dp.Close()
 	from := netip.AddrPortFrom(bd.a.v4, senderPort)
 	local := netip.AddrPortFrom(bd.b.v4, rxPort)
-	frame := buildFrame(frameSpec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: from, Dst: local,
+	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: from, Dst: local,
 		Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen)})
 	send, closeSend, err := udpSender(bd.a, from, local, wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen)))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -72,7 +73,7 @@ func runScaling(r *results, cfg *config) error {
 			}
 		}
 		local := netip.AddrPortFrom(bd.b.v4, rxPort)
-		base := buildFrame(frameSpec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: srcs[0], Dst: local,
+		base := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: srcs[0], Dst: local,
 			Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen), NoUDPCsum: true})
 		// The rewriter cycles through a power-of-two table.
 		for len(srcs)&(len(srcs)-1) != 0 {

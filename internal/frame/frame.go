@@ -39,6 +39,9 @@ type Spec struct {
 	Payload []byte
 	// TTL defaults to 64.
 	TTL uint8
+	// NoUDPCsum leaves an IPv4 datagram's UDP checksum 0 ("none"), so that
+	// a rewriter may change addresses or ports without fixing it.
+	NoUDPCsum bool
 }
 
 // Len returns the frame length Put writes.
@@ -107,7 +110,7 @@ func (s *Spec) Put(b []byte) int {
 		copy(ip[12:16], src[:])
 		copy(ip[16:20], dst[:])
 		copy(ip[20:ihl], s.IPOptions)
-		binary.BigEndian.PutUint16(ip[10:], ^fold(sum(ip[:ihl], 0)))
+		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:ihl]))
 		l4 = off + ihl
 	} else {
 		binary.BigEndian.PutUint16(b[off:], EtherIPv6)
@@ -135,9 +138,16 @@ func (s *Spec) Put(b []byte) int {
 		p += bpf.PutHdr(u[p:], s.Hdr)
 	}
 	copy(u[p:], s.Payload)
-	binary.BigEndian.PutUint16(u[6:], udpChecksum(s, u[:udpLen], proto))
+	if !v4 || !s.NoUDPCsum {
+		binary.BigEndian.PutUint16(u[6:], udpChecksum(s, u[:udpLen], proto))
+	}
 	return n
 }
+
+// IPv4Checksum is the Internet checksum of the IPv4 header h: with h's
+// checksum field zero, the value that belongs there; over a header whose
+// checksum is right, 0.
+func IPv4Checksum(h []byte) uint16 { return ^fold(sum(h, 0)) }
 
 func udpChecksum(s *Spec, udp []byte, proto uint8) uint16 {
 	var acc uint32
