@@ -77,8 +77,12 @@ func open(o Options, server bool) (*session, error) {
 		s.close()
 		return nil, err
 	}
-	s.tx, _ = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG})
-	s.rx, _ = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG})
+	for _, q := range []**cq.CQ{&s.tx, &s.rx} {
+		if *q, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG}); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
 	caps := fi.MSG | fi.SOURCE
 	if server {
 		caps |= fi.SOURCE_ERR
