@@ -178,12 +178,7 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 	}
 	defer func() {
 		if err != nil {
-			s.rx.unmap()
-			s.tx.unmap()
-			if newQueue {
-				q.fill.unmap()
-				q.comp.unmap()
-			}
+			s.unmapRings(q, newQueue)
 		}
 	}()
 

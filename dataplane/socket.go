@@ -163,12 +163,7 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 	newQueue := false
 	defer func() {
 		if err != nil {
-			s.rx.unmap()
-			s.tx.unmap()
-			if newQueue {
-				q.fill.unmap()
-				q.comp.unmap()
-			}
+			s.unmapRings(q, newQueue)
 			unix.Close(fd)
 		}
 	}()
@@ -606,6 +601,17 @@ func (s *Socket) Stats() (Stats, error) {
 	}, nil
 }
 
+// unmapRings unmaps the socket's rx and tx rings and, with queueToo, the
+// fill and completion rings of its device queue q. Rings never mapped are
+// skipped.
+func (s *Socket) unmapRings(q *queueRings, queueToo bool) error {
+	errs := []error{s.rx.unmap(), s.tx.unmap()}
+	if queueToo {
+		errs = append(errs, q.fill.unmap(), q.comp.unmap())
+	}
+	return errors.Join(errs...)
+}
+
 // Close unmaps the socket's rings and closes it; the device queue becomes
 // free once the kernel has released it (see Open's EBUSY retry). The fill
 // and completion rings of a device queue are unmapped with the queue's last
@@ -620,14 +626,14 @@ func (s *Socket) Close() error {
 	if s.fd < 0 {
 		return nil
 	}
-	errs := []error{s.rx.unmap(), s.tx.unmap()}
+	last := false
 	if q := s.q; q != nil {
 		if q.users--; q.users == 0 {
-			errs = append(errs, q.fill.unmap(), q.comp.unmap())
+			last = true
 			delete(u.queues, q.key)
 		}
 	}
-	errs = append(errs, unix.Close(s.fd))
+	errs := []error{s.unmapRings(s.q, last), unix.Close(s.fd)}
 	s.fd = -1
 	u.sockets = slices.DeleteFunc(u.sockets, func(o *Socket) bool { return o == s })
 	if len(u.sockets) == 0 {
