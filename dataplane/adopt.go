@@ -228,12 +228,7 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 		s.busyPoll = usec > 0
 	}
 	unix.CloseOnExec(fd)
-	if newQueue {
-		u.queues[key] = q
-	}
-	q.users++
-	s.q = q
-	u.sockets = append(u.sockets, s)
+	u.add(s, q, newQueue)
 	return s, nil
 }
 

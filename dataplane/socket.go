@@ -251,12 +251,7 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
 		s.zeroCopy = opts.flags&unix.XDP_OPTIONS_ZEROCOPY != 0
 	}
-	if newQueue {
-		u.queues[key] = q
-	}
-	q.users++
-	s.q = q
-	u.sockets = append(u.sockets, s)
+	u.add(s, q, newQueue)
 	return s, nil
 }
 
@@ -599,6 +594,17 @@ func (s *Socket) Stats() (Stats, error) {
 		RxFillRingEmptyDescs: st.Rx_fill_ring_empty_descs,
 		TxRingEmptyDescs:     st.Tx_ring_empty_descs,
 	}, nil
+}
+
+// add records s, now ready, as a socket of u on device queue q (new to u
+// when newQueue).
+func (u *UMEM) add(s *Socket, q *queueRings, newQueue bool) {
+	if newQueue {
+		u.queues[q.key] = q
+	}
+	q.users++
+	s.q = q
+	u.sockets = append(u.sockets, s)
 }
 
 // unmapRings unmaps the socket's rx and tx rings and, with queueToo, the
