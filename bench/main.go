@@ -159,6 +159,7 @@ func run(cfg *config, only string) error {
 func describeSetup(r *results, cfg *config) {
 	r.Setup["kernel"] = kernelRelease()
 	r.Setup["cpus"] = fmt.Sprint(runtime.NumCPU())
+	r.Setup["gomaxprocs"] = fmt.Sprint(runtime.GOMAXPROCS(0))
 	r.Setup["cpu_model"] = cpuModel()
 	r.Setup["go"] = runtime.Version()
 	r.Setup["cpu_load"] = fmt.Sprint(cfg.cpuLoad)
