@@ -166,12 +166,20 @@ func TestTaggedAndData(t *testing.T) {
 	}
 	// A tagged message waits for its receive (parked), then matches.
 	send(t, r.b, func() error { return r.b.ep.TSend([]byte("late"), aAtB, 5, nil) })
-	r.a.ep.Progress()
-	time.Sleep(10 * time.Millisecond)
+	for i := 0; r.a.ep.Parked() == 0; i++ {
+		if i == 200 {
+			t.Fatal("the early tagged message was never parked")
+		}
+		r.a.ep.Progress()
+		time.Sleep(5 * time.Millisecond)
+	}
 	empty(t, r.a.rx)
 	r.a.ep.TRecv(b1, fi.AddrUnspec, 5, 0, "late")
 	if e, _, ee := read(t, r.a.rx); ee != nil || e.OpContext != "late" || string(b1[:4]) != "late" {
 		t.Errorf("late receive: %+v %+v", e, ee)
+	}
+	if n := r.a.ep.Parked(); n != 0 {
+		t.Errorf("%d frames still parked after their receive matched", n)
 	}
 	// Truncation: the message is larger than the buffer.
 	small := make([]byte, 4)

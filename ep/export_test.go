@@ -1,0 +1,13 @@
+package ep
+
+// Parked reports how many received frames wait for a matching receive, over
+// all receive contexts (for tests that must know a frame was parked).
+func (e *Endpoint) Parked() int {
+	n := 0
+	for _, c := range e.rx {
+		c.mu.Lock()
+		n += len(c.parked)
+		c.mu.Unlock()
+	}
+	return n
+}
