@@ -399,18 +399,13 @@ func (s *Socket) FillFree() int {
 	}
 	u := s.umem
 	u.freeMu.Lock()
-	n := min(room, uint32(len(u.free)))
-	top := uint32(len(u.free)) - n
-	for i := range n {
-		a := u.free[top+i]
-		f.put(i, a)
-		j := a >> u.shift
-		u.freeMap[j/64] &^= 1 << (j % 64)
+	got := u.popLocked(min(int(room), len(u.free)))
+	for i, a := range got {
+		f.put(uint32(i), a)
 	}
-	u.free = u.free[:top]
 	u.freeMu.Unlock()
-	f.submit(n)
-	return int(n)
+	f.submit(uint32(len(got)))
+	return len(got)
 }
 
 // Receive takes up to len(descs) received packets off the RX ring and

@@ -285,15 +285,21 @@ func (u *UMEM) Alloc(addrs []uint64) int {
 }
 
 func (u *UMEM) allocLocked(addrs []uint64) int {
-	n := min(len(addrs), len(u.free))
+	return copy(addrs, u.popLocked(min(len(addrs), len(u.free))))
+}
+
+// popLocked takes the last n frames off the free list, marks them in use and
+// returns them: a view of the free list's array, valid while u.freeMu is
+// held.
+func (u *UMEM) popLocked(n int) []uint64 {
 	top := len(u.free) - n
-	copy(addrs, u.free[top:])
-	for _, a := range addrs[:n] {
+	got := u.free[top:]
+	for _, a := range got {
 		i := a >> u.shift
 		u.freeMap[i/64] &^= 1 << (i % 64)
 	}
 	u.free = u.free[:top]
-	return n
+	return got
 }
 
 // Free returns frames to the free list. Any address inside a frame frees
