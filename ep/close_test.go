@@ -17,7 +17,7 @@ import (
 // descriptor stays open.
 func TestFailedOpenUndoes(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	fds0, _ := resources(t)
+	fds0 := fdTargets()
 	err := r.a.h.Do(func() error {
 		_, err := ep.Open(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(r.a.local.Addr(), port+5),
 			AV: r.a.av, TxCQ: r.a.tx, RxCQ: r.a.rx, Queues: 64, BindMode: dataplane.BindCopy})
@@ -26,8 +26,8 @@ func TestFailedOpenUndoes(t *testing.T) {
 	if !errors.Is(err, fi.EINVAL) {
 		t.Fatalf("open on 64 queues of a 1-queue veth: %v", err)
 	}
-	if fds, _ := resources(t); fds != fds0 {
-		t.Errorf("failed Open left %d descriptors", fds-fds0)
+	if left := newFDs(fds0); len(left) > 0 {
+		t.Errorf("failed Open left descriptors open: %v", left)
 	}
 	r.a.ep.Close()
 	if err := r.a.av.Close(); err != nil {

@@ -83,9 +83,11 @@ func runIn(target netns.NsHandle, fn func() error) error {
 			done <- result{err: fmt.Errorf("testbed: current netns: %w", err)}
 			return
 		}
-		defer orig.Close()
+		// orig is closed before the result is sent: a caller that counts
+		// its descriptors must not see it.
 		if err := netns.Set(target); err != nil {
 			// setns failed, so the thread is still where it was.
+			orig.Close()
 			runtime.UnlockOSThread()
 			done <- result{err: fmt.Errorf("testbed: enter netns: %w", err)}
 			return
@@ -99,7 +101,9 @@ func runIn(target netns.NsHandle, fn func() error) error {
 			}()
 			res.err = fn()
 		}()
-		if err := netns.Set(orig); err != nil {
+		err = netns.Set(orig)
+		orig.Close()
+		if err != nil {
 			// Leave the thread locked: it dies with this goroutine.
 			res.err = errors.Join(res.err, fmt.Errorf("testbed: restore netns: %w", err))
 			done <- res
