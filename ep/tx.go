@@ -219,7 +219,9 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	case !report:
 		op.e = nil
 	case injectComplete:
-		e.complete(op) // the data is in the UMEM: buf is the caller's again
+		// The data is in the UMEM: buf is the caller's again.
+		e.waiting = append(e.waiting, op)
+		e.flushWaiting()
 		op.e = nil
 	}
 	t.inflight[addr>>t.shift] = op
@@ -245,14 +247,10 @@ func (t *txState) kick() {
 	}
 }
 
-// reclaim takes finished frames off the completion ring, reports them to
-// the endpoints that sent them and frees them. The caller holds t.mu.
+// reclaim takes finished frames off the completion ring, frees them and
+// reports them to the endpoints that sent them, each endpoint's in one CQ
+// reservation. The caller holds t.mu.
 func (t *txState) reclaim() {
-	for _, e := range t.eps {
-		if len(e.waiting) > 0 {
-			e.flushWaiting()
-		}
-	}
 	for t.outstanding > 0 {
 		n := t.s.Complete(t.addrs)
 		if n == 0 && t.pending == 0 {
@@ -262,34 +260,28 @@ func (t *txState) reclaim() {
 			n = t.s.Complete(t.addrs)
 		}
 		if n == 0 {
-			return
+			break
 		}
 		t.outstanding -= n
 		for _, a := range t.addrs[:n] {
 			i := a >> t.shift
-			op := t.inflight[i]
-			t.inflight[i] = txOp{}
-			if op.e != nil {
-				op.e.complete(op)
+			if op := t.inflight[i]; op.e != nil {
+				op.e.waiting = append(op.e.waiting, op)
 			}
+			t.inflight[i] = txOp{}
 		}
 		t.umem.Free(t.addrs[:n]...)
 	}
-}
-
-// complete writes a send completion, or queues it while the CQ is full: a
-// sent message is never reported lost. The caller holds the device's tx.mu.
-func (e *Endpoint) complete(op txOp) {
-	if len(e.waiting) == 0 {
-		if n, err := e.txcq.Reserve(1); err == nil && n == 1 {
-			e.txcq.Write(&cq.Completion{Entry: cq.Entry{OpContext: op.ctx, Flags: op.flags}, Src: fi.AddrNotAvail})
-			e.txcq.Commit()
-			return
+	for _, e := range t.eps {
+		if len(e.waiting) > 0 {
+			e.flushWaiting()
 		}
 	}
-	e.waiting = append(e.waiting, op)
 }
 
+// flushWaiting writes the endpoint's finished sends to its TX CQ, as many
+// as it has room for; the rest wait for the next call: a sent message is
+// never reported lost. The caller holds the device's tx.mu.
 func (e *Endpoint) flushWaiting() {
 	n, err := e.txcq.Reserve(len(e.waiting))
 	if err != nil || n == 0 {
@@ -299,8 +291,11 @@ func (e *Endpoint) flushWaiting() {
 		e.txcq.Write(&cq.Completion{Entry: cq.Entry{OpContext: op.ctx, Flags: op.flags}, Src: fi.AddrNotAvail})
 	}
 	e.txcq.Commit()
-	clear(e.waiting[:n])
-	e.waiting = e.waiting[n:]
+	// Keep the array (no allocation per message): move the rest to its
+	// start.
+	left := copy(e.waiting, e.waiting[n:])
+	clear(e.waiting[left:])
+	e.waiting = e.waiting[:left]
 }
 
 // progress reclaims finished sends, unless another goroutine is at it.
