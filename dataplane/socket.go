@@ -411,28 +411,39 @@ func (s *Socket) FillFree() int {
 // Receive takes up to len(descs) received packets off the RX ring and
 // returns how many. Each packet's frame belongs to the caller until it is
 // given back with Fill or UMEM.Free. Receive never blocks; when the ring is
-// empty it wakes the kernel (one recvfrom) only if the fill ring asks for a
-// wakeup or busy polling is on.
+// empty it wakes the kernel (Wake) and looks again.
 func (s *Socket) Receive(descs []Desc) int {
+	if n := s.Take(descs); n > 0 || !s.Wake() {
+		return n
+	}
+	return s.Take(descs)
+}
+
+// Take is Receive without the wake-up: it only reads the RX ring and never
+// makes a system call, so a caller may hold a lock around it that it would
+// not hold across one.
+func (s *Socket) Take(descs []Desc) int {
 	r := &s.rx
 	if r.mem == nil {
 		return 0
 	}
 	n := r.avail(uint32(len(descs)))
-	if n == 0 {
-		if !s.busyPoll && !s.q.fill.needWakeup() {
-			return 0
-		}
-		kickRx(s.fd)
-		if n = r.avail(uint32(len(descs))); n == 0 {
-			return 0
-		}
-	}
 	for i := range n {
 		descs[i] = r.get(i)
 	}
 	r.release(n)
 	return int(n)
+}
+
+// Wake makes the kernel look at the socket's queue (one recvfrom) if the
+// fill ring asks for a wakeup or busy polling is on, and reports whether it
+// did.
+func (s *Socket) Wake() bool {
+	if s.rx.mem == nil || (!s.busyPoll && !s.q.fill.needWakeup()) {
+		return false
+	}
+	kickRx(s.fd)
+	return true
 }
 
 // Poll waits until the RX ring has packets or timeout passes (a negative

@@ -198,25 +198,41 @@ func (c *rxCtx) progress() (blocked bool) {
 	}
 	parkRoom := c.ep.attr.Frames/4 - len(c.parked)
 	for q, s := range c.socks {
-		room := min(parkRoom, len(c.descs))
-		if room <= 0 {
+		got, full := c.take(q, s, &parkRoom)
+		if got == 0 && !full && s.Wake() {
+			// The system call ran outside any CQ reservation, which
+			// would hold off the CQ's other producers.
+			_, full = c.take(q, s, &parkRoom)
+		}
+		if full {
 			return true
 		}
-		n, err := c.cq.Reserve(room)
-		if err != nil || n == 0 {
-			return true
-		}
-		got := s.Receive(c.descs[:n])
-		for _, d := range c.descs[:got] {
-			f := frameRef{addr: d.Addr, len: d.Len, q: q}
-			if !c.deliver(f) {
-				c.parked = append(c.parked, f)
-				parkRoom--
-			}
-		}
-		c.cq.Commit()
 	}
 	return false
+}
+
+// take delivers (or parks) what queue q's ring holds, as far as the CQ and
+// parkRoom allow, under one CQ reservation. full reports that there was no
+// room to take anything.
+func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full bool) {
+	room := min(*parkRoom, len(c.descs))
+	if room <= 0 {
+		return 0, true
+	}
+	n, err := c.cq.Reserve(room)
+	if err != nil || n == 0 {
+		return 0, true
+	}
+	got = s.Take(c.descs[:n])
+	for _, d := range c.descs[:got] {
+		f := frameRef{addr: d.Addr, len: d.Len, q: q}
+		if !c.deliver(f) {
+			c.parked = append(c.parked, f)
+			*parkRoom--
+		}
+	}
+	c.cq.Commit()
+	return got, false
 }
 
 // drainParked delivers parked frames that now match a posted receive, in
