@@ -242,27 +242,27 @@ func family(ip netip.Addr) uint8 {
 	return unix.AF_INET6
 }
 
-// kernelErr maps an error from a route lookup to the fi vocabulary.
-// cacheable reports whether the answer describes the routing state (and may
-// be cached until the next route change) rather than a failed request.
-func kernelErr(err error) (e fi.Errno, cacheable bool) {
+// kernelErr maps an error from a route lookup to the fi vocabulary. Every
+// answer but fi.EIO describes the routing state, which Resolve may cache
+// until the next route change; fi.EIO is a failed request.
+func kernelErr(err error) fi.Errno {
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
-		return fi.EIO, false
+		return fi.EIO
 	}
 	switch errno {
 	case unix.ENETUNREACH:
-		return fi.ENETUNREACH, true
+		return fi.ENETUNREACH
 	case unix.EHOSTUNREACH:
-		return fi.EHOSTUNREACH, true
+		return fi.EHOSTUNREACH
 	case unix.EACCES, unix.EPERM: // prohibit route
-		return fi.EACCES, true
+		return fi.EACCES
 	case unix.EINVAL:
-		return fi.EINVAL, true
+		return fi.EINVAL
 	case unix.ENODEV:
-		return fi.ENODEV, true
+		return fi.ENODEV
 	case unix.ENETDOWN:
-		return fi.ENETDOWN, true
+		return fi.ENETDOWN
 	}
-	return fi.EIO, false
+	return fi.EIO
 }

@@ -513,7 +513,7 @@ func (r *Resolver) route(dst netip.Addr) (hop Hop, key hopKey, static *[6]byte, 
 		err = unix.ENETUNREACH
 	}
 	if err != nil {
-		e, _ := kernelErr(err)
+		e := kernelErr(err)
 		if e == fi.ENETUNREACH && oif != 0 {
 			// Tell "no route at all" from "routed elsewhere".
 			if other, err2 := r.routeGet(ip, 0, src); err2 == nil && other.Type == unix.RTN_UNICAST {
