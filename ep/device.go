@@ -25,8 +25,15 @@ type device struct {
 	anchors []*dataplane.Socket // per queue; anchors[0] transmits
 	fillMu  []sync.Mutex        // per queue: the fill ring has one producer
 	tx      txState
-	mode    dataplane.BindMode
 	shared  bool // in devices: other endpoints of the process join it
+}
+
+// boundMode is how the device's sockets are bound: copy or zero-copy.
+func (d *device) boundMode() dataplane.BindMode {
+	if d.anchors[0].ZeroCopy() {
+		return dataplane.BindZeroCopy
+	}
+	return dataplane.BindCopy
 }
 
 type devKey struct {
@@ -53,6 +60,11 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 		if a.Queues > d.queues {
 			return nil, fmt.Errorf("interface has %d queues open, endpoint wants %d: %w", d.queues, a.Queues, fi.EINVAL)
 		}
+		// The endpoint's sockets share the device's UMEM, so they are
+		// bound the way its first socket was.
+		if m := d.boundMode(); a.BindMode != dataplane.BindAuto && a.BindMode != m {
+			return nil, fmt.Errorf("interface's sockets are bound in %s mode, endpoint wants %s: %w", m, a.BindMode, fi.EINVAL)
+		}
 		d.refs++
 		return d, nil
 	}
@@ -78,7 +90,7 @@ func newPrivateDevice(ifindex, queues int, a *Attr) (*device, error) {
 }
 
 func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err error) {
-	d := &device{key: key, queues: queues, fillMu: make([]sync.Mutex, queues), mode: a.BindMode}
+	d := &device{key: key, queues: queues, fillMu: make([]sync.Mutex, queues)}
 	if a.Frames/2/queues < 16 {
 		return nil, fmt.Errorf("%d frames too few for %d queues: %w", a.Frames, queues, fi.EINVAL)
 	}
@@ -163,5 +175,6 @@ func (d *device) refill(q int, addrs []uint64) {
 
 // sockConfig is the configuration of an endpoint's receive sockets.
 func (d *device) sockConfig(a *Attr, log *slog.Logger) dataplane.SocketConfig {
-	return dataplane.SocketConfig{RxSize: a.RingSize, TxSize: -1, Mode: d.mode, BusyPoll: a.BusyPoll, Logger: log}
+	// Bound with XDP_SHARED_UMEM: the mode is the anchors' (boundMode).
+	return dataplane.SocketConfig{RxSize: a.RingSize, TxSize: -1, BusyPoll: a.BusyPoll, Logger: log}
 }

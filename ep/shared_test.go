@@ -65,3 +65,26 @@ func TestEndpointsShareInterface(t *testing.T) {
 		t.Errorf("second endpoint on %v: %v", r.a.local, err)
 	}
 }
+
+// An endpoint that asks for a bind mode other than the one the interface's
+// sockets already have is refused: its sockets would share their UMEM.
+func TestSharedInterfaceBindMode(t *testing.T) {
+	r := newRig(t, rigOpts{}) // copy mode: veth has no zero-copy
+	tx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
+	rx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
+	t.Cleanup(func() { tx2.Close(); rx2.Close() })
+	attr := ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(r.a.local.Addr(), port+1), AV: r.a.av,
+		TxCQ: tx2, RxCQ: rx2, BindMode: dataplane.BindZeroCopy}
+	err := r.a.h.Do(func() error {
+		_, err := ep.Open(r.dp, attr)
+		return err
+	})
+	if fi.Code(err) != fi.EINVAL {
+		t.Fatalf("zero-copy endpoint on a copy-mode interface: %v", err)
+	}
+	attr.BindMode = dataplane.BindAuto
+	e2 := openEP(t, r.a.h, r.dp, attr)
+	if err := e2.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
