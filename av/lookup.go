@@ -2,8 +2,8 @@ package av
 
 import (
 	"fmt"
-	"strings"
 	"net/netip"
+	"strings"
 
 	"github.com/xdpfab/xdpfab/fi"
 )
