@@ -13,8 +13,10 @@ all: build
 build:
 	$(GO) build $(PKGS)
 
+# go vet, and gofmt over every Go file (bench/ included).
 vet:
 	$(GO) vet $(PKGS)
+	@out=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The whole suite: unit and kernel tests (root needed for the latter), then
 # the race detector over the concurrent packages.
