@@ -7,8 +7,6 @@ replace github.com/xdpfab/xdpfab => ../
 require (
 	github.com/asavie/xdp v0.3.3
 	github.com/cilium/ebpf v0.22.0
-	github.com/vishvananda/netlink v1.3.1
-	github.com/vishvananda/netns v0.0.5
 	github.com/xdpfab/xdpfab v0.0.0-00010101000000-000000000000
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.49.0
@@ -22,6 +20,8 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )

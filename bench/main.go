@@ -25,7 +25,6 @@ type config struct {
 	quick      bool
 	reps       int
 	out        string // directory receiving BENCHMARKS.md and bench/
-	prefix     string // namespace name prefix, unique per run
 	fiav       string // the compiled libfabric AV helper, "" to skip
 	cpuLoad    int    // CPU of the load generator / server side
 	cpuMeasure int    // CPU of the measured receiver / client side
@@ -57,7 +56,6 @@ func main() {
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke-test sizes and durations (bench-quick)")
 	flag.IntVar(&cfg.reps, "reps", 5, "repetitions of every measurement")
 	flag.StringVar(&cfg.out, "out", "out", "output directory (BENCHMARKS.md, bench/*.png, bench/results.json)")
-	flag.StringVar(&cfg.prefix, "prefix", fmt.Sprintf("xfb%d", os.Getpid()), "prefix of the network namespaces created")
 	flag.StringVar(&cfg.fiav, "fiav", "", "path of the compiled libfabric AV helper (bench/fiav/fiav.c); empty skips that peer")
 	regen := flag.String("report-from", "", "only regenerate BENCHMARKS.md and the plots from this results.json")
 	cases := flag.String("cases", "", "comma-separated case keys to run within the sections (default all)")

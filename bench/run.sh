@@ -33,13 +33,17 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-prefix="xfb$$"
 tmp=$(mktemp -d /tmp/xdpfab-bench.XXXXXX)
 cleanup() {
-  # Only what this run made: namespaces named after its prefix.
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${prefix}-" || true); do
-    ip netns del "$ns" 2>/dev/null || true
-  done
+  # Only what this run made: the bench builds its beds with internal/testbed,
+  # which names every namespace xdpfab-<pid of the bench>-<random>-<host>.
+  local pid
+  pid=$(cat "$tmp/pid" 2>/dev/null || true)
+  if [ -n "$pid" ]; then
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^xdpfab-${pid}-" || true); do
+      ip netns del "$ns" 2>/dev/null || true
+    done
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -47,6 +51,7 @@ trap cleanup EXIT INT TERM
 gcc -O2 -Wall -o "$tmp/fiav" fiav/fiav.c -lfabric
 go build -o "$tmp/bench" .
 start=$(date +%s)
-"$tmp/bench" -out "$out" -prefix "$prefix" -fiav "$tmp/fiav" "$@"
+# The subshell records its pid and becomes the bench, so cleanup knows it.
+(echo "$BASHPID" >"$tmp/pid" && exec "$tmp/bench" -out "$out" -fiav "$tmp/fiav" "$@")
 echo "bench: done in $(( $(date +%s) - start )) s; results in $out/BENCHMARKS.md, $out/bench/"
 test -s "$out/bench/results.json"

@@ -24,6 +24,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/frame"
+	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -44,7 +45,7 @@ type genLoop func(stop *atomic.Bool, sent *atomic.Uint64) error
 
 type rateOpts struct {
 	warm, window time.Duration
-	rxNS, genNS  *nsHandle
+	rxNS, genNS  *testbed.NS
 }
 
 func (c *config) rateOpts() rateOpts {
@@ -92,11 +93,11 @@ func measureRate(cfg *config, o rateOpts, rx rxLoop, gen genLoop) (rate, error) 
 
 // injector returns a generator that runs prog in live-frame mode on the
 // host's interface: frames really go where prog sends them.
-func injector(h *host, prog *ebpf.Program, frame []byte, queues int) genLoop {
+func injector(h *testbed.Host, prog *ebpf.Program, frame []byte, queues int) genLoop {
 	return func(stop *atomic.Bool, sent *atomic.Uint64) error {
 		const chunk = 1 << 14
 		for q := 0; !stop.Load(); q++ {
-			if _, _, err := testRun(prog, frame, chunk, true, h.ifindex, q%queues); err != nil {
+			if _, _, err := testRun(prog, frame, chunk, true, h.Ifindex, q%queues); err != nil {
 				return fmt.Errorf("inject: %w", err)
 			}
 			sent.Add(chunk)
@@ -107,9 +108,9 @@ func injector(h *host, prog *ebpf.Program, frame []byte, queues int) genLoop {
 
 // udpSender returns a generator sending payload from a socket bound to
 // from to dst, 64 datagrams per sendmmsg (golang.org/x/net WriteBatch).
-func udpSender(h *host, from, dst netip.AddrPort, payload []byte) (genLoop, func(), error) {
+func udpSender(h *testbed.Host, from, dst netip.AddrPort, payload []byte) (genLoop, func(), error) {
 	var c *net.UDPConn
-	err := h.do(-1, func() (err error) {
+	err := h.Do(func() (err error) {
 		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(from))
 		return err
 	})
@@ -148,7 +149,7 @@ type xdpfabRx struct {
 	contexts int
 }
 
-func openXdpfabRx(dp *loader.Dataplane, h *host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
+func openXdpfabRx(dp *loader.Dataplane, h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
 	x := &xdpfabRx{}
 	var err error
 	avAttr := &av.Attr{Count: len(peers), RxCtxBits: 2}
@@ -172,12 +173,12 @@ func openXdpfabRx(dp *loader.Dataplane, h *host, local netip.AddrPort, peers []n
 		x.close()
 		return nil, err
 	}
-	attr := ep.Attr{Ifname: linkName, Local: local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
+	attr := ep.Attr{Ifname: testbed.LinkName, Local: local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
 		Caps: fi.MSG | fi.SOURCE, BindMode: dataplane.BindCopy, Queues: 1}
 	if epAttr != nil {
 		epAttr(&attr)
 	}
-	err = h.do(-1, func() (err error) {
+	err = h.Do(func() (err error) {
 		x.ep, err = ep.Open(dp, attr)
 		return err
 	})
@@ -305,9 +306,9 @@ func drainCQ(q *cq.CQ) {
 // udpReceiver is the Go peer: a UDP socket and a map from source address
 // to an index. batch uses recvmmsg (golang.org/x/net ReadBatch, 64 per
 // call); otherwise one ReadFromUDPAddrPort per datagram.
-func udpReceiver(h *host, local netip.AddrPort, peers []netip.AddrPort, batch bool) (rxLoop, func(), error) {
+func udpReceiver(h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, batch bool) (rxLoop, func(), error) {
 	var c *net.UDPConn
-	err := h.do(-1, func() (err error) {
+	err := h.Do(func() (err error) {
 		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(local))
 		if err == nil {
 			err = c.SetReadBuffer(4 << 20)
@@ -398,7 +399,7 @@ type asavieRx struct {
 	want uint64
 }
 
-func openAsavie(dp *loader.Dataplane, h *host, local netip.AddrPort, peer netip.AddrPort, slot uint32) (*asavieRx, *av.AV, error) {
+func openAsavie(dp *loader.Dataplane, h *testbed.Host, local netip.AddrPort, peer netip.AddrPort, slot uint32) (*asavieRx, *av.AV, error) {
 	a, err := av.Open(dp, &av.Attr{Count: 1})
 	if err != nil {
 		return nil, nil, err
@@ -411,8 +412,8 @@ func openAsavie(dp *loader.Dataplane, h *host, local netip.AddrPort, peer netip.
 	x := &asavieRx{want: uint64(ids[0])}
 	opts := &xdp.SocketOptions{NumFrames: 4096, FrameSize: 4096, FillRingNumDescs: 2048,
 		CompletionRingNumDescs: 64, RxRingNumDescs: 1024, TxRingNumDescs: 64}
-	err = h.do(-1, func() (err error) {
-		x.xsk, err = xdp.NewSocket(h.ifindex, 0, opts)
+	err = h.Do(func() (err error) {
+		x.xsk, err = xdp.NewSocket(h.Ifindex, 0, opts)
 		return err
 	})
 	if err != nil {
@@ -490,7 +491,7 @@ var rxGens = []struct{ key, title string }{
 }
 
 func runRxCapacity(r *results, cfg *config) error {
-	bd, down, err := newBed(cfg.prefix, bedOpts{})
+	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
 	if err != nil {
 		return err
 	}
@@ -502,10 +503,10 @@ func runRxCapacity(r *results, cfg *config) error {
 		return err
 	}
 	defer dp.Close()
-	from := netip.AddrPortFrom(bd.a.v4, senderPort)
-	local := netip.AddrPortFrom(bd.b.v4, rxPort)
+	from := netip.AddrPortFrom(bd.A.IPv4, senderPort)
+	local := netip.AddrPortFrom(bd.B.IPv4, rxPort)
 	payload := wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen))
-	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: from, Dst: local,
+	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: from, Dst: local,
 		Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen)})
 	pass, err := retProgram(xdpPass)
 	if err != nil {
@@ -517,7 +518,7 @@ func runRxCapacity(r *results, cfg *config) error {
 		return err
 	}
 	defer drop.Close()
-	send, closeSend, err := udpSender(bd.a, from, local, payload)
+	send, closeSend, err := udpSender(bd.A, from, local, payload)
 	if err != nil {
 		return err
 	}
@@ -537,7 +538,7 @@ func runRxCapacity(r *results, cfg *config) error {
 		m.Extra = map[string]float64{"offered_mpps_median": om, "wrong_source": float64(bad)}
 		fmt.Printf("  %-8s %-14s %6.3f Mpps (offered %.3f, min %.3f max %.3f, wrong source %d)\n", g, c.key, m.Median, om, m.Min, m.Max, bad)
 	}
-	measure := func(c rxCase, g string, rx rxLoop, gen genLoop, rxNS, genNS *nsHandle) error {
+	measure := func(c rxCase, g string, rx rxLoop, gen genLoop, rxNS, genNS *testbed.NS) error {
 		if !cfg.want(c.key) {
 			return nil
 		}
@@ -558,11 +559,11 @@ func runRxCapacity(r *results, cfg *config) error {
 	// Go UDP peers first, with no XDP program on the receiving interface
 	// (what a Go user without xdpfab has).
 	for _, c := range rxCases[2:4] {
-		loop, closeRx, err := udpReceiver(bd.b, local, peers, c.key == "udp-mmsg")
+		loop, closeRx, err := udpReceiver(bd.B, local, peers, c.key == "udp-mmsg")
 		if err != nil {
 			return err
 		}
-		err = measure(c, "inject", loop, injector(bd.b, pass, frame, 1), nil, bd.b.ns)
+		err = measure(c, "inject", loop, injector(bd.B, pass, frame, 1), nil, bd.B.NS)
 		if err == nil {
 			err = measure(c, "sender", loop, send, nil, nil)
 		}
@@ -575,17 +576,17 @@ func runRxCapacity(r *results, cfg *config) error {
 	// xdpfab: the program attached (it serves the sender's frames; the
 	// injector runs it directly).
 	var att *loader.Attachment
-	if err := bd.b.do(-1, func() (err error) { att, err = dp.Attach(linkName, loader.Native); return err }); err != nil {
+	if err := bd.B.Do(func() (err error) { att, err = dp.Attach(testbed.LinkName, loader.Native); return err }); err != nil {
 		return err
 	}
 	for _, c := range rxCases[0:2] {
-		x, err := openXdpfabRx(dp, bd.b, local, peers, nil)
+		x, err := openXdpfabRx(dp, bd.B, local, peers, nil)
 		if err != nil {
 			att.Close()
 			return err
 		}
 		loop := x.loop(c.key == "xdpfab-multi", nil)
-		err = measure(c, "inject", loop, injector(bd.b, dp.Program, frame, 1), nil, bd.b.ns)
+		err = measure(c, "inject", loop, injector(bd.B, dp.Program, frame, 1), nil, bd.B.NS)
 		if err == nil {
 			err = measure(c, "sender", loop, send, nil, nil)
 		}
@@ -611,8 +612,8 @@ func runRxCapacity(r *results, cfg *config) error {
 	var vals []rate
 	for range cfg.reps {
 		ro := o
-		ro.genNS = bd.b.ns
-		v, err := measureRate(cfg, ro, countSent, injector(bd.b, drop, frame, 1))
+		ro.genNS = bd.B.NS
+		v, err := measureRate(cfg, ro, countSent, injector(bd.B, drop, frame, 1))
 		if err != nil {
 			return err
 		}
@@ -621,7 +622,7 @@ func runRxCapacity(r *results, cfg *config) error {
 	}
 	record(rxCases[5], "inject", vals)
 	var l interface{ Close() error }
-	if err := bd.b.do(-1, func() (err error) { l, err = attachXDP(dc.prog, bd.b.ifindex); return err }); err != nil {
+	if err := bd.B.Do(func() (err error) { l, err = attachXDP(dc.prog, bd.B.Ifindex); return err }); err != nil {
 		return err
 	}
 	err = measure(rxCases[5], "sender", dropRx(dc), send, nil, nil)
@@ -635,8 +636,8 @@ func runRxCapacity(r *results, cfg *config) error {
 	return runAsavie(r, cfg, measure)
 }
 
-func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, genLoop, *nsHandle, *nsHandle) error) error {
-	bd, down, err := newBed(cfg.prefix, bedOpts{})
+func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, genLoop, *testbed.NS, *testbed.NS) error) error {
+	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
 	if err != nil {
 		return err
 	}
@@ -646,21 +647,21 @@ func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, gen
 		return err
 	}
 	defer dp.Close()
-	from := netip.AddrPortFrom(bd.a.v4, senderPort)
-	local := netip.AddrPortFrom(bd.b.v4, rxPort)
-	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: from, Dst: local,
+	from := netip.AddrPortFrom(bd.A.IPv4, senderPort)
+	local := netip.AddrPortFrom(bd.B.IPv4, rxPort)
+	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: from, Dst: local,
 		Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen)})
-	send, closeSend, err := udpSender(bd.a, from, local, wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen)))
+	send, closeSend, err := udpSender(bd.A, from, local, wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen)))
 	if err != nil {
 		return err
 	}
 	defer closeSend()
 	var att *loader.Attachment
-	if err := bd.b.do(-1, func() (err error) { att, err = dp.Attach(linkName, loader.Native); return err }); err != nil {
+	if err := bd.B.Do(func() (err error) { att, err = dp.Attach(testbed.LinkName, loader.Native); return err }); err != nil {
 		return err
 	}
 	defer att.Close()
-	x, a, err := openAsavie(dp, bd.b, local, from, 100)
+	x, a, err := openAsavie(dp, bd.B, local, from, 100)
 	if a != nil {
 		defer a.Close()
 	}
@@ -673,7 +674,7 @@ func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, gen
 		x.xsk.Close()
 	}()
 	c := rxCases[4]
-	if err := measure(c, "inject", x.loop, injector(bd.b, dp.Program, frame, 1), nil, bd.b.ns); err != nil {
+	if err := measure(c, "inject", x.loop, injector(bd.B, dp.Program, frame, 1), nil, bd.B.NS); err != nil {
 		return err
 	}
 	return measure(c, "sender", x.loop, send, nil, nil)

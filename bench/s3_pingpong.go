@@ -23,6 +23,7 @@ import (
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -48,7 +49,7 @@ func runPingPong(r *results, cfg *config) error {
 	if cfg.quick {
 		iters, warm = 1000, 100
 	}
-	bd, down, err := newBed(cfg.prefix, bedOpts{MTU: 9000})
+	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true, MTU: 9000})
 	if err != nil {
 		return err
 	}
@@ -78,20 +79,20 @@ func runPingPong(r *results, cfg *config) error {
 		return err
 	}
 	defer dp.Close()
-	bdNative, downNative, err := newBed(cfg.prefix, bedOpts{MTU: 3500})
+	bdNative, downNative, err := testbed.Up(testbed.Options{StaticNeighbors: true, MTU: 3500})
 	if err != nil {
 		return err
 	}
 	defer downNative()
 	for _, v := range []struct {
-		bd   *bed
+		bd   *testbed.Bed
 		mode loader.Mode
 		tag  string
 	}{{bdNative, loader.Native, ""}, {bd, loader.Generic, "-generic"}} {
 		var atts []*loader.Attachment
-		for _, h := range []*host{v.bd.a, v.bd.b} {
+		for _, h := range []*testbed.Host{v.bd.A, v.bd.B} {
 			var att *loader.Attachment
-			if err := h.do(-1, func() (err error) { att, err = dp.Attach(linkName, v.mode); return err }); err != nil {
+			if err := h.Do(func() (err error) { att, err = dp.Attach(testbed.LinkName, v.mode); return err }); err != nil {
 				return err
 			}
 			atts = append(atts, att)
@@ -154,16 +155,16 @@ func runPingPong(r *results, cfg *config) error {
 	return nil
 }
 
-func xdpfabPingPong(r *results, cfg *config, dp *loader.Dataplane, bd *bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
+func xdpfabPingPong(r *results, cfg *config, dp *loader.Dataplane, bd *testbed.Bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
 	add func(string, string, int, []ppResult)) error {
-	la, lb := netip.AddrPortFrom(bd.a.v4, rxPort), netip.AddrPortFrom(bd.b.v4, rxPort)
+	la, lb := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(bd.B.IPv4, rxPort)
 	epAttr := func(a *ep.Attr) { a.BusyPoll = poll }
-	cli, err := openXdpfabRx(dp, bd.a, la, []netip.AddrPort{lb}, epAttr)
+	cli, err := openXdpfabRx(dp, bd.A, la, []netip.AddrPort{lb}, epAttr)
 	if err != nil {
 		return err
 	}
 	defer cli.close()
-	srv, err := openXdpfabRx(dp, bd.b, lb, []netip.AddrPort{la}, epAttr)
+	srv, err := openXdpfabRx(dp, bd.B, lb, []netip.AddrPort{la}, epAttr)
 	if err != nil {
 		return err
 	}
@@ -286,14 +287,14 @@ func xdpfabPP(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (ppResult,
 	return summarizePP(halves, elapsed), nil
 }
 
-func udpPingPong(cfg *config, bd *bed, size, iters, warm int) (ppResult, error) {
-	la, lb := netip.AddrPortFrom(bd.a.v4, 0), netip.AddrPortFrom(bd.b.v4, rxPort+1)
+func udpPingPong(cfg *config, bd *testbed.Bed, size, iters, warm int) (ppResult, error) {
+	la, lb := netip.AddrPortFrom(bd.A.IPv4, 0), netip.AddrPortFrom(bd.B.IPv4, rxPort+1)
 	var cc, sc *net.UDPConn
-	if err := bd.b.do(-1, func() (err error) { sc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(lb)); return err }); err != nil {
+	if err := bd.B.Do(func() (err error) { sc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(lb)); return err }); err != nil {
 		return ppResult{}, err
 	}
 	defer sc.Close()
-	if err := bd.a.do(-1, func() (err error) { cc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(la)); return err }); err != nil {
+	if err := bd.A.Do(func() (err error) { cc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(la)); return err }); err != nil {
 		return ppResult{}, err
 	}
 	defer cc.Close()
@@ -347,13 +348,13 @@ var ppPort = 47600
 
 // fiPingPong runs fi_pingpong's server in B and client in A (ip netns exec,
 // pinned with taskset) and returns the client's usec/xfer.
-func fiPingPong(cfg *config, bd *bed, prov, epType string, size, iters int) (float64, error) {
+func fiPingPong(cfg *config, bd *testbed.Bed, prov, epType string, size, iters int) (float64, error) {
 	ppPort++
 	port := fmt.Sprint(ppPort)
 	ctx, cancel := context.WithTimeout(cfg.ctx, time.Minute)
 	defer cancel()
 	args := []string{"-p", prov, "-e", epType, "-S", fmt.Sprint(size), "-I", fmt.Sprint(iters)}
-	srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.b.name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
+	srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.B.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
 		"fi_pingpong", "-B", port}, args...)...)
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
@@ -370,8 +371,8 @@ func fiPingPong(cfg *config, bd *bed, prov, epType string, size, iters int) (flo
 	var err error
 	for try := 0; try < 50; try++ {
 		time.Sleep(100 * time.Millisecond)
-		cli := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.a.name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
-			"fi_pingpong", "-P", port}, append(args, bd.b.v4.String())...)...)
+		cli := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.A.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+			"fi_pingpong", "-P", port}, append(args, bd.B.IPv4.String())...)...)
 		out, err = cli.CombinedOutput()
 		if err == nil || !bytes.Contains(out, []byte("Connection refused")) {
 			break

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -173,7 +174,7 @@ func runAV(r *results, cfg *config) error {
 		r.note("av", "libfabric peer skipped: no -fiav helper given")
 		return nil
 	}
-	bd, down, err := newBed(cfg.prefix, bedOpts{})
+	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
 	if err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func runAV(r *results, cfg *config) error {
 	var outs []map[string]fiavOut
 	for range cfg.reps {
 		ctx, cancel := context.WithTimeout(cfg.ctx, 2*time.Minute)
-		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", bd.b.name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", bd.B.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
 			cfg.fiav, fmt.Sprint(small), fmt.Sprint(bulk))
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()

@@ -15,13 +15,24 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/frame"
+	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
-// scaleAddr is the i-th sender (i < 2^24) of the scaling runs, in
-// 198.19.0.0/16 (not on the bed's subnets).
-func scaleAddr(i int) netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), uint16(2000+i>>16))
+// scaleAddr is the i-th sender (i < 2^24) of the scaling runs: an address
+// of 198.19.0.0/16 off the bed's subnet net4 (testbed picks a random /24 of
+// 198.18.0.0/15, which may lie in there), the port counting up once the
+// addresses run out.
+func scaleAddr(i int, net4 netip.Prefix) netip.AddrPort {
+	n, skip := 1<<16, -1
+	if b := net4.Addr().As4(); b[1] == 19 {
+		n, skip = n-256, int(b[2])
+	}
+	j := i % n
+	if skip >= 0 && j>>8 >= skip {
+		j += 256
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(j >> 8), byte(j)}), uint16(2000+i/n))
 }
 
 type scaleRun struct {
@@ -37,13 +48,13 @@ func runScaling(r *results, cfg *config) error {
 	if cfg.quick {
 		senders, sizes = []int{1, 65536}, []int{1, 65536}
 	}
-	bd, down, err := newBed(cfg.prefix, bedOpts{Queues: 2})
+	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true, RxQueues: 2, TxQueues: 2})
 	if err != nil {
 		return err
 	}
 	defer down()
 	o := cfg.rateOpts()
-	o.genNS = bd.b.ns
+	o.genNS = bd.B.NS
 	pass, err := retProgram(xdpPass)
 	if err != nil {
 		return err
@@ -60,7 +71,7 @@ func runScaling(r *results, cfg *config) error {
 		defer dp.Close()
 		all := make([]netip.AddrPort, sr.avSize)
 		for i := range all {
-			all[i] = scaleAddr(i)
+			all[i] = scaleAddr(i, bd.Net4)
 		}
 		rng := rand.New(rand.NewPCG(uint64(sr.avSize), uint64(sr.senders)))
 		perm := rng.Perm(sr.avSize)
@@ -72,8 +83,8 @@ func runScaling(r *results, cfg *config) error {
 				srcs[i] = all[i%sr.avSize]
 			}
 		}
-		local := netip.AddrPortFrom(bd.b.v4, rxPort)
-		base := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.a.mac), DstMAC: [6]byte(bd.b.mac), Src: srcs[0], Dst: local,
+		local := netip.AddrPortFrom(bd.B.IPv4, rxPort)
+		base := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: srcs[0], Dst: local,
 			Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen), NoUDPCsum: true})
 		// The rewriter cycles through a power-of-two table.
 		for len(srcs)&(len(srcs)-1) != 0 {
@@ -91,7 +102,7 @@ func runScaling(r *results, cfg *config) error {
 			defer rw.Close()
 			var vals []float64
 			for range cfg.reps {
-				v, err := measureRate(cfg, o, rx, injector(bd.b, rw.prog, base, sr.queues))
+				v, err := measureRate(cfg, o, rx, injector(bd.B, rw.prog, base, sr.queues))
 				if err != nil {
 					return err
 				}
@@ -104,7 +115,7 @@ func runScaling(r *results, cfg *config) error {
 			fmt.Printf("  %-28s %-9s %6.3f Mpps (min %.3f max %.3f)\n", key, name, m.Median, m.Min, m.Max)
 			return nil
 		}
-		x, err := openXdpfabRx(dp, bd.b, local, all, func(a *ep.Attr) {
+		x, err := openXdpfabRx(dp, bd.B, local, all, func(a *ep.Attr) {
 			a.RxContexts, a.Queues = sr.contexts, sr.queues
 		})
 		if err != nil {
@@ -116,7 +127,7 @@ func runScaling(r *results, cfg *config) error {
 		if err != nil || !peer {
 			return err
 		}
-		loop, closeRx, err := udpReceiver(bd.b, local, all, true)
+		loop, closeRx, err := udpReceiver(bd.B, local, all, true)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -45,8 +46,20 @@ type xdpMD struct {
 // testRun runs prog on data repeat times and returns the kernel's average
 // duration per run. live sets BPF_F_TEST_XDP_LIVE_FRAMES (frames really go
 // where the program sends them); ifindex and queue say where they arrive
-// (an ifindex of the calling thread's namespace).
+// (an ifindex of the calling thread's namespace). A run a signal interrupts
+// is started again.
 func testRun(prog *ebpf.Program, data []byte, repeat uint32, live bool, ifindex, queue int) (uint32, time.Duration, error) {
+	for {
+		ret, d, err := testRunOnce(prog, data, repeat, live, ifindex, queue)
+		if !errors.Is(err, unix.EINTR) {
+			return ret, d, err
+		}
+	}
+}
+
+// testRunOnce is testRun without the restart: a signal makes it fail with
+// EINTR, in live-frame mode after part of the frames went out already.
+func testRunOnce(prog *ebpf.Program, data []byte, repeat uint32, live bool, ifindex, queue int) (uint32, time.Duration, error) {
 	ctx := xdpMD{DataEnd: uint32(len(data)), IngressIfindex: uint32(ifindex), RxQueueIndex: uint32(queue)}
 	attr := progTestRunAttr{
 		ProgFD:     uint32(prog.FD()),
@@ -60,19 +73,13 @@ func testRun(prog *ebpf.Program, data []byte, repeat uint32, live bool, ifindex,
 		attr.Flags = unix.BPF_F_TEST_XDP_LIVE_FRAMES
 		attr.BatchSize = 64
 	}
-	for {
-		_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		runtime.KeepAlive(data)
-		runtime.KeepAlive(&ctx)
-		switch errno {
-		case 0:
-			return attr.Retval, time.Duration(attr.Duration), nil
-		case unix.EINTR:
-			continue
-		default:
-			return 0, 0, fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
-		}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(&ctx)
+	if errno != 0 {
+		return 0, 0, fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
 	}
+	return attr.Retval, time.Duration(attr.Duration), nil
 }
 
 // retProgram is an XDP program that only returns verdict (the empty
