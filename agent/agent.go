@@ -56,7 +56,7 @@ type Config struct {
 type Agent struct {
 	cfg Config
 	log *slog.Logger
-	dp  *loader.Dataplane
+	dp  *loader.Objects
 
 	mu      sync.Mutex
 	avs     map[string]*av.AV // named AVs the agent has open

@@ -158,7 +158,7 @@ func (s *syncBuffer) String() string {
 // receiver is an endpoint in host A's namespace on the agent's pinned
 // dataplane (a privileged application sharing the agent's maps).
 type receiver struct {
-	dp     *loader.Dataplane
+	dp     *loader.Objects
 	av     *av.AV
 	rx, tx *cq.CQ
 	ep     *ep.Endpoint
@@ -173,16 +173,16 @@ func (n *node) receiver(avName string) *receiver {
 		n.t.Fatal(err)
 	}
 	n.t.Cleanup(func() { r.dp.Close() })
-	if r.av, err = av.Open(r.dp, &av.Attr{Name: avName, Flags: fi.READ}); err != nil {
+	if r.av, err = av.Open(r.dp, &av.Attr{Name: avName, Flags: fi.Read}); err != nil {
 		n.t.Fatal(err)
 	}
 	n.t.Cleanup(func() { r.av.Close() })
-	r.rx, _ = cq.Open(cq.Attr{Size: 4096, Format: cq.FORMAT_MSG})
-	r.tx, _ = cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
+	r.rx, _ = cq.Open(cq.Attr{Size: 4096, Format: cq.FormatMsg})
+	r.tx, _ = cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
 	n.t.Cleanup(func() { r.rx.Close(); r.tx.Close() })
 	err = n.bed.A.Do(func() (err error) {
 		r.ep, err = ep.Open(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: r.local, AV: r.av, TxCQ: r.tx, RxCQ: r.rx,
-			Caps: fi.MSG | fi.SOURCE, BindMode: dataplane.BindCopy, Frames: 8192, RingSize: 2048, MaxPosted: 4096})
+			Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy, Frames: 8192, RingSize: 2048, MaxPosted: 4096})
 		return err
 	})
 	if err != nil {

@@ -56,11 +56,11 @@ func TestAppChild(t *testing.T) {
 	}
 	defer dp.Close()
 	defer a.Close()
-	tx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
-	rx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+	tx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
+	rx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
-	e, err := c.OpenEndpoint(client.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.MSG | fi.SOURCE},
-		ep.Attr{Local: local, Ifname: testbed.LinkName, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.MSG | fi.SOURCE})
+	e, err := c.OpenEndpoint(client.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.Msg | fi.Source},
+		ep.Attr{Local: local, Ifname: testbed.LinkName, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg | fi.Source})
 	if err != nil {
 		fail(err)
 		return
@@ -125,8 +125,8 @@ func echo(t *testing.T, h *testbed.Host, local, peer netip.AddrPort) {
 	t.Cleanup(func() { a.Close() })
 	to := []fi.Addr{0}
 	a.Insert([]netip.AddrPort{peer}, to, 0, nil)
-	tx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
-	rx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+	tx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
+	rx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	t.Cleanup(func() { tx.Close(); rx.Close() })
 	var e *ep.Endpoint
 	err = h.Do(func() error {

@@ -23,13 +23,13 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 		return v, nil
 	}
 	// Exists in the pinned maps (made by an earlier agent or process)?
-	ro, err := av.Open(a.dp, &av.Attr{Name: name, Flags: fi.READ})
+	ro, err := av.Open(a.dp, &av.Attr{Name: name, Flags: fi.Read})
 	if err != nil {
 		return nil, fmt.Errorf("AV %q: %w", name, err)
 	}
 	attr := ro.Attr()
 	ro.Close()
-	attr.Flags &^= fi.READ
+	attr.Flags &^= fi.Read
 	v, err := av.Open(a.dp, &attr)
 	if err != nil {
 		return nil, fmt.Errorf("AV %q: %w", name, err)
@@ -49,7 +49,7 @@ func (a *Agent) avCreate(args client.AVCreateArgs) (client.AVInfo, error) {
 		return client.AVInfo{}, fmt.Errorf("AV type %q: want table or map: %w", args.Type, fi.EINVAL)
 	}
 	if args.UserID {
-		attr.Flags |= fi.AV_USER_ID
+		attr.Flags |= fi.AVUserID
 	}
 	if args.Name == "" {
 		return client.AVInfo{}, fmt.Errorf("av create: a name is required (the agent holds named AVs only): %w", fi.EINVAL)
@@ -91,10 +91,10 @@ func (a *Agent) avInsert(args client.AVInsertArgs) (client.InsertResult, error) 
 		addrs[i] = toAddrStr(s)
 	}
 	r := client.InsertResult{FiAddrs: make([]fi.Addr, len(addrs)), Errnos: make([]fi.Errno, len(addrs))}
-	flags := args.Flags | fi.SYNC_ERR
+	flags := args.Flags | fi.SyncErr
 	if args.UserIDs != nil {
 		copy(r.FiAddrs, args.UserIDs)
-		flags |= fi.AV_USER_ID
+		flags |= fi.AVUserID
 	}
 	n, err := v.InsertStr(addrs, r.FiAddrs, flags, r.Errnos)
 	r.Inserted = n
@@ -133,7 +133,7 @@ func (a *Agent) avInsertSym(args client.AVInsertSymArgs) (client.InsertResult, e
 			nodes, svcs, maxPerCall, fi.EINVAL)
 	}
 	r := client.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
-	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SYNC_ERR, r.Errnos)
+	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SyncErr, r.Errnos)
 	r.Inserted = n
 	if err != nil && !partial(err) {
 		return client.InsertResult{}, err

@@ -46,7 +46,7 @@ type Attr struct {
 	// MapAddr is reported back as 0 for named AVs: fi_addr values are
 	// identical in every process regardless.
 	MapAddr uint64
-	// Flags: fi.EVENT, fi.READ, fi.SYMMETRIC, fi.AV_USER_ID.
+	// Flags: fi.Event, fi.Read, fi.Symmetric, fi.AVUserID.
 	Flags fi.Flags
 	// AddrFormat of inserted addresses; UNSPEC accepts both families.
 	AddrFormat fi.AddrFormat
@@ -70,7 +70,7 @@ const (
 	MaxAuthKeys = 64
 )
 
-const openFlags = fi.EVENT | fi.READ | fi.SYMMETRIC | fi.AV_USER_ID
+const openFlags = fi.Event | fi.Read | fi.Symmetric | fi.AVUserID
 
 func (a *Attr) validate() error {
 	switch a.Type {
@@ -81,7 +81,7 @@ func (a *Attr) validate() error {
 	if bad := a.Flags &^ openFlags; bad != 0 {
 		return fmt.Errorf("av open: unsupported flags %v: %w", bad, fi.EINVAL)
 	}
-	if a.Flags&fi.READ != 0 && a.Name == "" {
+	if a.Flags&fi.Read != 0 && a.Name == "" {
 		return fmt.Errorf("av open: FI_READ needs a named AV: %w", fi.EINVAL)
 	}
 	if a.RxCtxBits < 0 || a.RxCtxBits > MaxRxCtxBits {

@@ -33,7 +33,7 @@ func (a *AV) keyHandle(fa fi.Addr) (uint32, bool) {
 }
 
 // InsertAuthKey adds an auth key to the AV (fi_av_insert_auth_key) and
-// returns its handle, to pass with fi.AUTH_KEY to Insert, Remove, SetUserID
+// returns its handle, to pass with fi.AuthKey to Insert, Remove, SetUserID
 // and LookupAuthKey. An xdpfab key is AuthKeySize bytes: a nonzero 32-bit
 // value, big endian, that endpoints enabled with it carry on the wire.
 // Inserting a key the AV holds returns its existing handle. flags must be 0.
@@ -87,7 +87,7 @@ func (a *AV) putKey(h uint32, k *authKey) error {
 }
 
 // LookupAuthKey copies the auth key of fiAddr, an auth-key handle or an
-// address inserted with fi.AUTH_KEY, into buf (truncated to it) and returns
+// address inserted with fi.AuthKey, into buf (truncated to it) and returns
 // the key's full size (fi_av_lookup_auth_key's auth_key_size on output).
 // An address bound to no key fails with ENOKEY.
 func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
@@ -111,7 +111,7 @@ func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
 	return len(a.keys[h].key), nil
 }
 
-// removeKeys removes auth keys (Remove with fi.AUTH_KEY). A key still
+// removeKeys removes auth keys (Remove with fi.AuthKey). A key still
 // bound to addresses or enabled on endpoints fails with EBUSY.
 func (a *AV) removeKeys(fiAddr []fi.Addr) error {
 	var first error

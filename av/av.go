@@ -33,7 +33,7 @@ type authKey struct {
 
 // AV is an open address vector. Its methods are safe for concurrent use.
 type AV struct {
-	dp       *loader.Dataplane
+	dp       *loader.Objects
 	id       uint32
 	attr     Attr
 	shared   bool // named: other processes may change it
@@ -90,8 +90,8 @@ const maxPending = 4096
 
 // Open opens an address vector on dp (fi_av_open). attr.Type UNSPEC is
 // replaced by the type chosen. A named AV is created unless it exists; with
-// fi.READ it must exist and is opened read-only.
-func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
+// fi.Read it must exist and is opened read-only.
+func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
 	if dp == nil || attr == nil {
 		return nil, fmt.Errorf("av open: nil dataplane or attributes: %w", fi.EINVAL)
 	}
@@ -109,7 +109,7 @@ func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
 	}
 	a.attr.MapAddr = 0
 	a.entries = make([]entry, 0, hint)
-	a.readOnly = attr.Flags&fi.READ != 0
+	a.readOnly = attr.Flags&fi.Read != 0
 	a.shared = attr.Name != ""
 
 	unlock := dp.Lock()
@@ -138,7 +138,7 @@ func Open(dp *loader.Dataplane, attr *Attr) (*AV, error) {
 
 func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 	m := bpf.AVMeta{
-		InUse: 1, Type: uint32(a.attr.Type), Flags: uint64(a.attr.Flags &^ (fi.EVENT | fi.READ)),
+		InUse: 1, Type: uint32(a.attr.Type), Flags: uint64(a.attr.Flags &^ (fi.Event | fi.Read)),
 		AddrFormat: uint32(a.attr.AddrFormat), RxCtxBits: uint32(a.attr.RxCtxBits),
 		Count: uint32(min(a.attr.Count, 1<<31)), Generation: 1,
 	}
@@ -160,9 +160,9 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 // the AV and takes whatever shape it has. The per-opener flags (FI_EVENT,
 // FI_READ) are the opener's. attr reports the AV as opened.
 func (a *AV) adopt(id uint32, m bpf.AVMeta, attr *Attr) (*AV, error) {
-	const shape = fi.AV_USER_ID | fi.SYMMETRIC
+	const shape = fi.AVUserID | fi.Symmetric
 	stored, format := fi.Flags(m.Flags)&shape, fi.AddrFormat(m.AddrFormat)
-	if attr.Flags&fi.READ == 0 {
+	if attr.Flags&fi.Read == 0 {
 		switch {
 		case stored != attr.Flags&shape:
 			return nil, fmt.Errorf("av open %q: exists with flags %v, asked for %v: %w",
@@ -255,7 +255,7 @@ func (a *AV) Close() error {
 
 // Destroy removes the named AV name and all its entries from dp. Processes
 // that have it open see EOPBADSTATE on their next call.
-func Destroy(dp *loader.Dataplane, name string) error {
+func Destroy(dp *loader.Objects, name string) error {
 	// Find, read and delete under one lock: no other process changes the
 	// AV in between.
 	unlock := dp.Lock()
@@ -280,7 +280,7 @@ func Destroy(dp *loader.Dataplane, name string) error {
 // DestroyOrphan removes the anonymous AV id if process pid still owns it:
 // the agent's clean-up after processes that died without closing their
 // AVs. It fails with ENOENT when the slot holds anything else by now.
-func DestroyOrphan(dp *loader.Dataplane, id, pid uint32) error {
+func DestroyOrphan(dp *loader.Objects, id, pid uint32) error {
 	unlock := dp.Lock()
 	defer unlock()
 	var m bpf.AVMeta

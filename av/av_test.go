@@ -47,9 +47,9 @@ func TestOpen(t *testing.T) {
 		want error
 	}{
 		{"unknown type", av.Attr{Type: 7}, fi.EINVAL},
-		{"unknown flag", av.Attr{Flags: fi.MULTI_RECV}, fi.EINVAL},
-		{"FI_READ unnamed", av.Attr{Flags: fi.READ}, fi.EINVAL},
-		{"FI_READ missing", av.Attr{Flags: fi.READ, Name: "nope"}, fi.ENOENT},
+		{"unknown flag", av.Attr{Flags: fi.MultiRecv}, fi.EINVAL},
+		{"FI_READ unnamed", av.Attr{Flags: fi.Read}, fi.EINVAL},
+		{"FI_READ missing", av.Attr{Flags: fi.Read, Name: "nope"}, fi.ENOENT},
 		{"rx_ctx_bits", av.Attr{RxCtxBits: 17}, fi.EINVAL},
 		{"negative count", av.Attr{Count: -1}, fi.EINVAL},
 		{"long name", av.Attr{Name: string(make([]byte, 48))}, fi.EINVAL},
@@ -238,7 +238,7 @@ func TestSyncErr(t *testing.T) {
 	a := openAV(t, dp, av.Attr{})
 	vec := []netip.AddrPort{peer(1), netip.MustParseAddrPort("198.18.0.9:0"), peer(2)}
 	status := []fi.Errno{99, 99, 99}
-	n, err := a.Insert(vec, nil, fi.SYNC_ERR, status)
+	n, err := a.Insert(vec, nil, fi.SyncErr, status)
 	if n != 2 || !errors.Is(err, fi.EADDRNOTAVAIL) {
 		t.Errorf("sync_err insert: %d %v", n, err)
 	}
@@ -251,11 +251,11 @@ func TestSyncErr(t *testing.T) {
 		ctx   any
 		want  error
 	}{
-		{"unknown flag", fi.TAGGED, nil, fi.EBADFLAGS},
-		{"FI_SOURCE", fi.SOURCE_ERR, nil, fi.EBADFLAGS},
-		{"sync_err without status", fi.SYNC_ERR, nil, fi.EINVAL},
-		{"sync_err short status", fi.SYNC_ERR, make([]fi.Errno, 1), fi.EINVAL},
-		{"sync_err wrong type", fi.SYNC_ERR, make([]int, 3), fi.EINVAL},
+		{"unknown flag", fi.Tagged, nil, fi.EBADFLAGS},
+		{"FI_SOURCE", fi.SourceErr, nil, fi.EBADFLAGS},
+		{"sync_err without status", fi.SyncErr, nil, fi.EINVAL},
+		{"sync_err short status", fi.SyncErr, make([]fi.Errno, 1), fi.EINVAL},
+		{"sync_err wrong type", fi.SyncErr, make([]int, 3), fi.EINVAL},
 	} {
 		unchanged(t, dp, a, tc.want, func() error {
 			_, err := a.Insert(peers(50, 3), nil, tc.flags, tc.ctx)
@@ -275,7 +275,7 @@ func TestMoreBatches(t *testing.T) {
 	var got []fi.Addr
 	for i := range 100 {
 		out := notAvail(1)
-		if _, err := a.Insert(peers(i, 1), out, fi.MORE, nil); err != nil {
+		if _, err := a.Insert(peers(i, 1), out, fi.More, nil); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, out[0])
@@ -301,7 +301,7 @@ func TestMoreBatches(t *testing.T) {
 	}
 	wantXDP(t, dp, a, peer(42), 42)
 	// Remove flushes pending FI_MORE inserts first.
-	if _, err := a.Insert(peers(200, 1), out, fi.MORE, nil); err != nil {
+	if _, err := a.Insert(peers(200, 1), out, fi.More, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Remove([]fi.Addr{0}, 0); err != nil {
@@ -313,7 +313,7 @@ func TestMoreBatches(t *testing.T) {
 // SEMANTICS.md 11: deprecated FI_EVENT.
 func TestEventMode(t *testing.T) {
 	dp := newDP(t, 4096)
-	a := openAV(t, dp, av.Attr{Flags: fi.EVENT})
+	a := openAV(t, dp, av.Attr{Flags: fi.Event})
 	unchanged(t, dp, a, fi.ENOEQ, func() error {
 		_, err := a.Insert(peers(0, 2), nil, 0, "ctx")
 		return err
@@ -364,10 +364,10 @@ func TestEventMode(t *testing.T) {
 		t.Errorf("close eq after av: %v", err)
 	}
 	// SYNC_ERR is for synchronous AVs only.
-	b := openAV(t, dp, av.Attr{Flags: fi.EVENT})
+	b := openAV(t, dp, av.Attr{Flags: fi.Event})
 	b.Bind(av.NewEventQueue(), 0)
 	unchanged(t, dp, b, fi.EINVAL, func() error {
-		_, err := b.Insert(peers(0, 1), nil, fi.SYNC_ERR, make([]fi.Errno, 1))
+		_, err := b.Insert(peers(0, 1), nil, fi.SyncErr, make([]fi.Errno, 1))
 		return err
 	})
 }
@@ -379,7 +379,7 @@ func TestRemove(t *testing.T) {
 	if _, err := a.Insert(peers(0, 5), nil, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	unchanged(t, dp, a, fi.EINVAL, func() error { return a.Remove([]fi.Addr{0}, fi.MORE) })
+	unchanged(t, dp, a, fi.EINVAL, func() error { return a.Remove([]fi.Addr{0}, fi.More) })
 	// Invalid elements fail; the valid ones are still removed.
 	err := a.Remove([]fi.Addr{1, 99, fi.AddrNotAvail, 3}, 0)
 	if !errors.Is(err, fi.EINVAL) {
@@ -603,7 +603,7 @@ func TestCloseBusy(t *testing.T) {
 // SEMANTICS.md 17: user IDs, at open and per insert.
 func TestUserID(t *testing.T) {
 	dp := newDP(t, 4096)
-	a := openAV(t, dp, av.Attr{Flags: fi.AV_USER_ID})
+	a := openAV(t, dp, av.Attr{Flags: fi.AVUserID})
 	if _, err := a.Insert(peers(0, 2), nil, 0, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -618,9 +618,9 @@ func TestUserID(t *testing.T) {
 		t.Errorf("user id after set: %#x", m.UserId)
 	}
 	unchanged(t, dp, a, fi.EINVAL, func() error { return a.SetUserID(5, 1, 0) })
-	unchanged(t, dp, a, fi.EINVAL, func() error { return a.SetUserID(0, 1, fi.MORE) })
+	unchanged(t, dp, a, fi.EINVAL, func() error { return a.SetUserID(0, 1, fi.More) })
 	unchanged(t, dp, a, fi.EINVAL, func() error {
-		_, err := a.Insert(peers(9, 1), []fi.Addr{1}, fi.AV_USER_ID, nil)
+		_, err := a.Insert(peers(9, 1), []fi.Addr{1}, fi.AVUserID, nil)
 		return err
 	})
 
@@ -634,7 +634,7 @@ func TestUserID(t *testing.T) {
 		t.Errorf("plain entry reports a user id")
 	}
 	ids := []fi.Addr{1000, 2000}
-	if n, err := b.Insert(peers(1, 2), ids, fi.AV_USER_ID, nil); n != 2 || err != nil {
+	if n, err := b.Insert(peers(1, 2), ids, fi.AVUserID, nil); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
 	if !slices.Equal(ids, []fi.Addr{1, 2}) {
@@ -644,16 +644,16 @@ func TestUserID(t *testing.T) {
 		t.Errorf("per-insert user id: %d flags %#x", m.UserId, m.Flags)
 	}
 	unchanged(t, dp, b, fi.EINVAL, func() error {
-		_, err := b.Insert(peers(5, 1), nil, fi.AV_USER_ID, nil)
+		_, err := b.Insert(peers(5, 1), nil, fi.AVUserID, nil)
 		return err
 	})
 	unchanged(t, dp, b, fi.EINVAL, func() error {
-		_, err := b.Insert(peers(5, 1), []fi.Addr{3}, fi.AV_USER_ID|fi.AUTH_KEY, nil)
+		_, err := b.Insert(peers(5, 1), []fi.Addr{3}, fi.AVUserID|fi.AuthKey, nil)
 		return err
 	})
-	sym := openAV(t, dp, av.Attr{Flags: fi.SYMMETRIC})
+	sym := openAV(t, dp, av.Attr{Flags: fi.Symmetric})
 	unchanged(t, dp, sym, fi.EINVAL, func() error {
-		_, err := sym.Insert(peers(5, 1), []fi.Addr{3}, fi.AV_USER_ID, nil)
+		_, err := sym.Insert(peers(5, 1), []fi.Addr{3}, fi.AVUserID, nil)
 		return err
 	})
 }
@@ -661,7 +661,7 @@ func TestUserID(t *testing.T) {
 // SEMANTICS.md 18: auth keys.
 func TestAuthKeys(t *testing.T) {
 	dp := newDP(t, 4096)
-	a := openAV(t, dp, av.Attr{Flags: fi.AV_USER_ID})
+	a := openAV(t, dp, av.Attr{Flags: fi.AVUserID})
 	key := []byte{0, 0, 0x12, 0x34}
 	k, err := a.InsertAuthKey(key, 0)
 	if err != nil || !av.IsAuthKeyAddr(k) {
@@ -674,12 +674,12 @@ func TestAuthKeys(t *testing.T) {
 		key   []byte
 		flags fi.Flags
 		want  error
-	}{{[]byte{1, 2, 3}, 0, fi.EINVAL}, {[]byte{1, 2, 3, 4, 5}, 0, fi.EINVAL}, {[]byte{0, 0, 0, 0}, 0, fi.EINVAL}, {key, fi.MORE, fi.EBADFLAGS}} {
+	}{{[]byte{1, 2, 3}, 0, fi.EINVAL}, {[]byte{1, 2, 3, 4, 5}, 0, fi.EINVAL}, {[]byte{0, 0, 0, 0}, 0, fi.EINVAL}, {key, fi.More, fi.EBADFLAGS}} {
 		unchanged(t, dp, a, tc.want, func() error { _, err := a.InsertAuthKey(tc.key, tc.flags); return err })
 	}
 	// Addresses bound to the key.
 	in := []fi.Addr{k, k}
-	if n, err := a.Insert(peers(0, 2), in, fi.AUTH_KEY, nil); n != 2 || err != nil {
+	if n, err := a.Insert(peers(0, 2), in, fi.AuthKey, nil); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
 	if in[0] != 0 || in[1] != 1 {
@@ -701,7 +701,7 @@ func TestAuthKeys(t *testing.T) {
 	}
 	// The same address under another key is refused.
 	k2, _ := a.InsertAuthKey([]byte{0, 0, 0, 9}, 0)
-	if n, err := a.Insert(peers(0, 1), []fi.Addr{k2}, fi.AUTH_KEY, nil); n != 0 || !errors.Is(err, fi.EINVAL) {
+	if n, err := a.Insert(peers(0, 1), []fi.Addr{k2}, fi.AuthKey, nil); n != 0 || !errors.Is(err, fi.EINVAL) {
 		t.Errorf("address under a second key: %d %v", n, err)
 	}
 	// XDP: the entry carries the key value.
@@ -710,19 +710,19 @@ func TestAuthKeys(t *testing.T) {
 		t.Errorf("forward entry auth key %#x %v", v.AuthKey, err)
 	}
 	// Removing: needs FI_AUTH_KEY, fails while addresses or endpoints use it.
-	unchanged(t, dp, a, fi.EBUSY, func() error { return a.Remove([]fi.Addr{k}, fi.AUTH_KEY) })
+	unchanged(t, dp, a, fi.EBUSY, func() error { return a.Remove([]fi.Addr{k}, fi.AuthKey) })
 	if err := a.Remove([]fi.Addr{0, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.AcquireAuthKey(k); err != nil {
 		t.Fatal(err)
 	}
-	unchanged(t, dp, a, fi.EBUSY, func() error { return a.Remove([]fi.Addr{k}, fi.AUTH_KEY) })
+	unchanged(t, dp, a, fi.EBUSY, func() error { return a.Remove([]fi.Addr{k}, fi.AuthKey) })
 	a.ReleaseAuthKey(k)
-	if err := a.SetUserID(k, 77, fi.AUTH_KEY); err != nil {
+	if err := a.SetUserID(k, 77, fi.AuthKey); err != nil {
 		t.Errorf("set user id of key: %v", err)
 	}
-	if err := a.Remove([]fi.Addr{k}, fi.AUTH_KEY); err != nil {
+	if err := a.Remove([]fi.Addr{k}, fi.AuthKey); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.LookupAuthKey(k, buf); !errors.Is(err, fi.EINVAL) {
@@ -750,7 +750,7 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	if _, err := w.Insert(peers(0, 2), nil, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	r := openAV(t, dp, av.Attr{Name: "ro-test", Flags: fi.READ})
+	r := openAV(t, dp, av.Attr{Name: "ro-test", Flags: fi.Read})
 	if ap, err := r.LookupAddr(1); err != nil || ap != peer(1) {
 		t.Errorf("read-only lookup: %v %v", ap, err)
 	}
@@ -767,16 +767,16 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 		t.Errorf("first opener sees %v %v", ap, err)
 	}
 	// A writer must ask for the existing shape; a reader takes it.
-	if _, err := av.Open(dp, &av.Attr{Name: "ro-test", Flags: fi.AV_USER_ID}); !errors.Is(err, fi.EINVAL) {
+	if _, err := av.Open(dp, &av.Attr{Name: "ro-test", Flags: fi.AVUserID}); !errors.Is(err, fi.EINVAL) {
 		t.Errorf("reopen with other flags: %v", err)
 	}
-	shaped := openAV(t, dp, av.Attr{Name: "shaped", Flags: fi.AV_USER_ID, RxCtxBits: 3})
-	ra := av.Attr{Name: "shaped", Flags: fi.READ}
+	shaped := openAV(t, dp, av.Attr{Name: "shaped", Flags: fi.AVUserID, RxCtxBits: 3})
+	ra := av.Attr{Name: "shaped", Flags: fi.Read}
 	rs, err := av.Open(dp, &ra)
 	if err != nil {
 		t.Fatalf("read-only open of an AV with user IDs and rx_ctx_bits: %v", err)
 	}
-	if ra.Flags != fi.READ|fi.AV_USER_ID || ra.RxCtxBits != 3 || rs.Attr().Flags&fi.AV_USER_ID == 0 || rs.Attr().RxCtxBits != 3 {
+	if ra.Flags != fi.Read|fi.AVUserID || ra.RxCtxBits != 3 || rs.Attr().Flags&fi.AVUserID == 0 || rs.Attr().RxCtxBits != 3 {
 		t.Errorf("read-only open reports %v / %d, AV has %v / %d", ra.Flags, ra.RxCtxBits, shaped.Attr().Flags, shaped.Attr().RxCtxBits)
 	}
 	rs.Close()
@@ -816,11 +816,11 @@ func TestAuthKeyUseSurvivesReload(t *testing.T) {
 	if _, err := b.Insert(peers(0, 1), nil, 0, nil); err != nil { // a's cache is now stale
 		t.Fatal(err)
 	}
-	if err := a.Remove([]fi.Addr{k}, fi.AUTH_KEY); !errors.Is(err, fi.EBUSY) {
+	if err := a.Remove([]fi.Addr{k}, fi.AuthKey); !errors.Is(err, fi.EBUSY) {
 		t.Errorf("remove of a key in use after a reload: %v", err)
 	}
 	a.ReleaseAuthKey(k)
-	if err := a.Remove([]fi.Addr{k}, fi.AUTH_KEY); err != nil {
+	if err := a.Remove([]fi.Addr{k}, fi.AuthKey); err != nil {
 		t.Errorf("remove after release: %v", err)
 	}
 }

@@ -48,7 +48,7 @@ func BenchmarkInsert(b *testing.B) {
 				}
 				flags := fi.Flags(0)
 				if bc.more && (n+bc.batch)%1024 != 0 {
-					flags = fi.MORE
+					flags = fi.More
 				}
 				if got, err := a.Insert(buf, nil, flags, nil); got != bc.batch || err != nil {
 					b.Fatal(got, err)

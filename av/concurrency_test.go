@@ -89,7 +89,7 @@ func TestMillionEntries(t *testing.T) {
 		for j := i; j < min(i+chunk, n); j++ {
 			buf = append(buf, addr(j))
 		}
-		flags := fi.MORE
+		flags := fi.More
 		if i+chunk >= n {
 			flags = 0
 		}

@@ -3,7 +3,7 @@
 // a datagram's source (IP address, UDP port) into the peer's fi_addr or user
 // ID before user space sees the frame.
 //
-// An AV is opened on a loader.Dataplane. Its entries live in two maps: the
+// An AV is opened on a loader.Objects. Its entries live in two maps: the
 // forward map xdpfab_av, (AV, source) -> fi_addr, read by XDP per packet,
 // and the reverse table xdpfab_avrev, (AV, index) -> address, which is the
 // source of truth for user space and for other processes sharing a named

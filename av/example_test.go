@@ -55,7 +55,7 @@ func ExampleAV_Insert_syncErr() {
 	peers := []netip.AddrPort{netip.MustParseAddrPort("198.18.0.1:5000"), netip.MustParseAddrPort("198.18.0.2:0")}
 	status := make([]fi.Errno, len(peers))
 	fiAddr := make([]fi.Addr, len(peers))
-	n, _ := a.Insert(peers, fiAddr, fi.SYNC_ERR, status)
+	n, _ := a.Insert(peers, fiAddr, fi.SyncErr, status)
 	fmt.Printf("%d of %d inserted; status [%d %s]; fi_addr %v\n", n, len(peers), status[0], status[1].Name(), fiAddr)
 	// Prints (as root): 1 of 2 inserted; status [0 EADDRNOTAVAIL]; fi_addr [0 NOTAVAIL]
 }
@@ -78,7 +78,7 @@ func ExampleOpen_named() {
 	w.Insert([]netip.AddrPort{netip.MustParseAddrPort("198.18.0.9:7000")}, nil, 0, nil)
 
 	// Another process would Load the same PinRoot; the name finds the table.
-	r, _ := av.Open(dp, &av.Attr{Name: "job42", Flags: fi.READ})
+	r, _ := av.Open(dp, &av.Attr{Name: "job42", Flags: fi.Read})
 	defer r.Close()
 	ap, _ := r.LookupAddr(0)
 	fmt.Println("reader sees", fi.FormatAddrStr(ap))

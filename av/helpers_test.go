@@ -16,7 +16,7 @@ import (
 )
 
 // newDP loads a private dataplane (nothing pinned) for one test.
-func newDP(tb testing.TB, entries uint32) *loader.Dataplane {
+func newDP(tb testing.TB, entries uint32) *loader.Objects {
 	tb.Helper()
 	testutil.RequirePrivileged(tb)
 	dp, err := loader.Load(loader.Config{AVEntries: entries, MaxAVs: 64})
@@ -27,7 +27,7 @@ func newDP(tb testing.TB, entries uint32) *loader.Dataplane {
 	return dp
 }
 
-func openAV(tb testing.TB, dp *loader.Dataplane, attr av.Attr) *av.AV {
+func openAV(tb testing.TB, dp *loader.Objects, attr av.Attr) *av.AV {
 	tb.Helper()
 	a, err := av.Open(dp, &attr)
 	if err != nil {
@@ -64,7 +64,7 @@ func notAvail(n int) []fi.Addr {
 
 // wantXDP checks what the XDP program translates src to now: want is the
 // index, or fi.AddrNotAvail for "unknown source".
-func wantXDP(tb testing.TB, dp *loader.Dataplane, a *av.AV, src netip.AddrPort, want fi.Addr) bpf.Meta {
+func wantXDP(tb testing.TB, dp *loader.Objects, a *av.AV, src netip.AddrPort, want fi.Addr) bpf.Meta {
 	tb.Helper()
 	m, known, err := xdptest.Translate(dp, a.ID(), src)
 	if err != nil {
@@ -89,7 +89,7 @@ type mapState struct {
 	key map[bpf.RevKey]bpf.AuthKeyVal
 }
 
-func snapshot(tb testing.TB, dp *loader.Dataplane, id uint32) mapState {
+func snapshot(tb testing.TB, dp *loader.Objects, id uint32) mapState {
 	tb.Helper()
 	s := mapState{map[bpf.AVKey]bpf.AVVal{}, map[bpf.RevKey]bpf.RevVal{}, map[bpf.RevKey]bpf.AuthKeyVal{}}
 	var fk bpf.AVKey
@@ -143,7 +143,7 @@ func (s mapState) String() string {
 
 // unchanged runs fn, which must fail with want, and checks the AV's maps
 // did not change.
-func unchanged(tb testing.TB, dp *loader.Dataplane, a *av.AV, want error, fn func() error) {
+func unchanged(tb testing.TB, dp *loader.Objects, a *av.AV, want error, fn func() error) {
 	tb.Helper()
 	before := snapshot(tb, dp, a.ID())
 	err := fn()
@@ -155,7 +155,7 @@ func unchanged(tb testing.TB, dp *loader.Dataplane, a *av.AV, want error, fn fun
 	}
 }
 
-func revEntry(tb testing.TB, dp *loader.Dataplane, a *av.AV, idx fi.Addr) (bpf.RevVal, bool) {
+func revEntry(tb testing.TB, dp *loader.Objects, a *av.AV, idx fi.Addr) (bpf.RevVal, bool) {
 	tb.Helper()
 	var v bpf.RevVal
 	err := dp.AVRev.Lookup(bpf.RevKey{AvId: a.ID(), Index: uint32(idx)}, &v)

@@ -14,19 +14,19 @@ type source struct {
 	err error
 }
 
-const insertFlags = fi.MORE | fi.SYNC_ERR | fi.AV_USER_ID | fi.AUTH_KEY
+const insertFlags = fi.More | fi.SyncErr | fi.AVUserID | fi.AuthKey
 
 // Insert inserts addrs (fi_av_insert) and returns how many were inserted.
 //
 // fiAddr, when not nil, must hold len(addrs) elements: each receives the
-// address's index, or fi.AddrNotAvail when it failed. With fi.AV_USER_ID
-// (AVs opened without it) or fi.AUTH_KEY, fiAddr is also input: the user ID,
+// address's index, or fi.AddrNotAvail when it failed. With fi.AVUserID
+// (AVs opened without it) or fi.AuthKey, fiAddr is also input: the user ID,
 // or the auth-key handle from InsertAuthKey, of each address.
 //
-// flags: fi.MORE defers the map writes until a call without it (private
-// AVs; a named AV writes every call); fi.SYNC_ERR makes ctx a []fi.Errno of
+// flags: fi.More defers the map writes until a call without it (private
+// AVs; a named AV writes every call); fi.SyncErr makes ctx a []fi.Errno of
 // len(addrs) receiving 0 or each element's errno. On an AV opened with
-// fi.EVENT the result goes to the bound EventQueue, with ctx as context,
+// fi.Event the result goes to the bound EventQueue, with ctx as context,
 // and Insert returns 0.
 //
 // Like io.Writer, a count below len(addrs) comes with an error naming the
@@ -85,7 +85,7 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 		}
 	}
 
-	deferred := flags&fi.MORE != 0 && !a.shared && len(a.pending.revK) < maxPending
+	deferred := flags&fi.More != 0 && !a.shared && len(a.pending.revK) < maxPending
 	if !deferred {
 		if err := a.flushLocked(m); err != nil {
 			// Everything this call staged was undone.
@@ -111,23 +111,23 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 	if fiAddr != nil && len(fiAddr) < len(srcs) {
 		return nil, fmt.Errorf("fi_addr holds %d of %d addresses: %w", len(fiAddr), len(srcs), fi.EINVAL)
 	}
-	if flags&fi.AV_USER_ID != 0 {
+	if flags&fi.AVUserID != 0 {
 		switch {
 		case fiAddr == nil:
 			return nil, fmt.Errorf("FI_AV_USER_ID needs fi_addr as input: %w", fi.EINVAL)
-		case flags&fi.AUTH_KEY != 0:
+		case flags&fi.AuthKey != 0:
 			return nil, fmt.Errorf("FI_AV_USER_ID with FI_AUTH_KEY: %w", fi.EINVAL)
-		case a.attr.Flags&(fi.AV_USER_ID|fi.SYMMETRIC) != 0:
+		case a.attr.Flags&(fi.AVUserID|fi.Symmetric) != 0:
 			return nil, fmt.Errorf("per-insert FI_AV_USER_ID on an AV opened with FI_AV_USER_ID or FI_SYMMETRIC "+
 				"(use SetUserID): %w", fi.EINVAL)
 		}
 	}
-	if flags&fi.AUTH_KEY != 0 && fiAddr == nil {
+	if flags&fi.AuthKey != 0 && fiAddr == nil {
 		return nil, fmt.Errorf("FI_AUTH_KEY needs the auth-key fi_addr as input: %w", fi.EINVAL)
 	}
 	var status []fi.Errno
-	if flags&fi.SYNC_ERR != 0 {
-		if a.attr.Flags&fi.EVENT != 0 {
+	if flags&fi.SyncErr != 0 {
+		if a.attr.Flags&fi.Event != 0 {
 			return nil, fmt.Errorf("FI_SYNC_ERR on an FI_EVENT (asynchronous) AV: %w", fi.EINVAL)
 		}
 		s, ok := ctx.([]fi.Errno)
@@ -136,7 +136,7 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 		}
 		status = s
 	}
-	if a.attr.Flags&fi.EVENT != 0 && a.eq == nil {
+	if a.attr.Flags&fi.Event != 0 && a.eq == nil {
 		return nil, fmt.Errorf("FI_EVENT AV has no event queue bound: %w", fi.ENOEQ)
 	}
 	return status, nil
@@ -153,7 +153,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		return 0, fi.EADDRNOTAVAIL
 	}
 	var keyRef uint32
-	if flags&fi.AUTH_KEY != 0 {
+	if flags&fi.AuthKey != 0 {
 		h, ok := a.keyHandle(in)
 		if !ok {
 			return 0, fi.EINVAL
@@ -163,10 +163,10 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 	addr := bpf.MakeAddr(ap)
 	userID := uint64(fi.AddrNotAvail)
 	var eflags uint32
-	if a.attr.Flags&fi.AV_USER_ID != 0 {
+	if a.attr.Flags&fi.AVUserID != 0 {
 		eflags |= bpf.AVFUserID
 	}
-	if flags&fi.AV_USER_ID != 0 {
+	if flags&fi.AVUserID != 0 {
 		eflags |= bpf.AVFUserID
 		userID = uint64(in)
 	}
@@ -182,7 +182,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		a.pending.prior = append(a.pending.prior, priorEntry{idx, *e})
 		e.refcnt++
 		fwd := false
-		if flags&fi.AV_USER_ID != 0 && (e.userID != userID || e.flags&bpf.AVFUserID == 0) {
+		if flags&fi.AVUserID != 0 && (e.userID != userID || e.flags&bpf.AVFUserID == 0) {
 			e.userID, e.flags = userID, e.flags|bpf.AVFUserID
 			fwd = true
 		}
@@ -225,7 +225,7 @@ func (a *AV) report(op string, errnos []fi.Errno, status []fi.Errno, ctx any, ca
 			first = i
 		}
 	}
-	if a.attr.Flags&fi.EVENT != 0 {
+	if a.attr.Flags&fi.Event != 0 {
 		a.eq.postInsert(ctx, errnos, n)
 		if cause != nil {
 			return 0, fmt.Errorf("%s: %w", op, cause)
@@ -244,7 +244,7 @@ func (a *AV) report(op string, errnos []fi.Errno, status []fi.Errno, ctx any, ca
 // InsertError is the error of an insert call in which some addresses
 // failed while the call itself worked: Inserted of Total went in, and the
 // per-address outcome is in fi_addr (fi.AddrNotAvail) and, with
-// fi.SYNC_ERR, the status array. errors.Is matches the first failure's
+// fi.SyncErr, the status array. errors.Is matches the first failure's
 // errno.
 type InsertError struct {
 	Op              string

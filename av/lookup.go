@@ -127,16 +127,16 @@ func (a *AV) Entries() ([]Entry, error) {
 }
 
 // SetUserID sets the user ID reported in completions for fiAddr
-// (fi_av_set_user_id); the AV must have been opened with fi.AV_USER_ID.
-// With fi.AUTH_KEY, fiAddr is an auth-key handle and the ID is the one
+// (fi_av_set_user_id); the AV must have been opened with fi.AVUserID.
+// With fi.AuthKey, fiAddr is an auth-key handle and the ID is the one
 // reported for unknown sources of that key.
 func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
 	unlock := a.lock()
 	defer unlock()
-	if a.attr.Flags&fi.AV_USER_ID == 0 {
+	if a.attr.Flags&fi.AVUserID == 0 {
 		return fmt.Errorf("av set_user_id: AV opened without FI_AV_USER_ID: %w", fi.EINVAL)
 	}
-	if bad := flags &^ fi.AUTH_KEY; bad != 0 {
+	if bad := flags &^ fi.AuthKey; bad != 0 {
 		return fmt.Errorf("av set_user_id: flags %v not supported: %w", bad, fi.EINVAL)
 	}
 	if err := a.begin(true); err != nil {
@@ -145,7 +145,7 @@ func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
 	if err := a.flushLocked(a.pending.mark()); err != nil {
 		return fmt.Errorf("av set_user_id: %w", err)
 	}
-	if flags&fi.AUTH_KEY != 0 {
+	if flags&fi.AuthKey != 0 {
 		h, ok := a.keyHandle(fiAddr)
 		if !ok {
 			return fmt.Errorf("av set_user_id: %v is not an auth key of the AV: %w", fiAddr, fi.EINVAL)

@@ -18,7 +18,7 @@ import (
 
 // pinnedDP loads a dataplane pinned on a bpffs mounted in a fresh temporary
 // directory, removed with the test.
-func pinnedDP(t *testing.T) (*loader.Dataplane, string) {
+func pinnedDP(t *testing.T) (*loader.Objects, string) {
 	t.Helper()
 	testutil.RequirePrivileged(t)
 	root := filepath.Join(t.TempDir(), "bpffs")
@@ -62,7 +62,7 @@ func TestNamedAVChild(t *testing.T) {
 	defer dp.Close()
 	attr := av.Attr{Name: "shared"}
 	if os.Getenv("XDPFAB_TEST_ROLE") == "reader" {
-		attr.Flags = fi.READ
+		attr.Flags = fi.Read
 	}
 	a, err := av.Open(dp, &attr)
 	if err != nil {
@@ -81,7 +81,7 @@ func TestNamedAVChild(t *testing.T) {
 	if err == nil {
 		res.Inserted = append(res.Inserted, uint64(out[0]))
 	}
-	if attr.Flags&fi.READ != 0 {
+	if attr.Flags&fi.Read != 0 {
 		res.RemoveErr = int(fi.Code(a.Remove([]fi.Addr{0}, 0)))
 	}
 }

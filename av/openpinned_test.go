@@ -31,7 +31,7 @@ func TestReadPinnedWithoutCapabilities(t *testing.T) {
 			t.Fatalf("OpenPinned without capabilities: %v", err)
 		}
 		defer ro.Close()
-		r, err := av.Open(ro, &av.Attr{Name: "shared-ro", Flags: fi.READ})
+		r, err := av.Open(ro, &av.Attr{Name: "shared-ro", Flags: fi.Read})
 		if err != nil {
 			t.Fatalf("open the named AV read-only: %v", err)
 		}

@@ -10,7 +10,7 @@ import (
 // Remove removes addresses (fi_av_remove). An address inserted n times
 // (duplicates) is freed by its n-th remove. An invalid, unused or removed
 // fi_addr fails with EINVAL for that element; the others are still
-// removed, and the error names the first failure. With fi.AUTH_KEY the
+// removed, and the error names the first failure. With fi.AuthKey the
 // elements are auth-key handles (see InsertAuthKey).
 //
 // When Remove returns, XDP no longer translates the removed sources: the
@@ -18,7 +18,7 @@ import (
 func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 	unlock := a.lock()
 	defer unlock()
-	if bad := flags &^ fi.AUTH_KEY; bad != 0 {
+	if bad := flags &^ fi.AuthKey; bad != 0 {
 		return fmt.Errorf("av remove: flags %v not supported: %w", bad, fi.EINVAL)
 	}
 	if err := a.begin(true); err != nil {
@@ -27,7 +27,7 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 	if err := a.flushLocked(a.pending.mark()); err != nil {
 		return fmt.Errorf("av remove: %w", err)
 	}
-	if flags&fi.AUTH_KEY != 0 {
+	if flags&fi.AuthKey != 0 {
 		return a.removeKeys(fiAddr)
 	}
 

@@ -26,7 +26,7 @@ func TestFailedWriteUndoesOnlyTheCall(t *testing.T) {
 	a := openAV(t, dp, av.Attr{})
 	early := netip.MustParseAddrPort("198.18.77.1:1")
 	out := notAvail(1)
-	if _, err := a.Insert([]netip.AddrPort{early}, out, fi.MORE, nil); err != nil || out[0] != 0 {
+	if _, err := a.Insert([]netip.AddrPort{early}, out, fi.More, nil); err != nil || out[0] != 0 {
 		t.Fatalf("FI_MORE insert: %v %v", out, err)
 	}
 	// Fill the forward map behind the AV's back: its next write fails.

@@ -37,7 +37,7 @@ var (
 // redirect_failed counter over the run. A run a signal interrupts (EINTR)
 // has already sent part of its frames, so it is started again with the
 // counter read anew (a plain testRun would count those frames twice).
-func liveRun(dp *loader.Dataplane, prog *ebpf.Program, data []byte, repeat uint32) (time.Duration, uint64, error) {
+func liveRun(dp *loader.Objects, prog *ebpf.Program, data []byte, repeat uint32) (time.Duration, uint64, error) {
 	for {
 		c0, err := dp.Counters()
 		if err != nil {
@@ -130,7 +130,7 @@ func runXDPCost(r *results, cfg *config) error {
 	return nil
 }
 
-func xdpCostOne(r *results, cfg *config, dp *loader.Dataplane, empty, drop *ebpf.Program, n int, v6 bool, nframes int) error {
+func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.Program, n int, v6 bool, nframes int) error {
 	a, err := av.Open(dp, &av.Attr{Count: n})
 	if err != nil {
 		return err

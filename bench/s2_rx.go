@@ -149,7 +149,7 @@ type xdpfabRx struct {
 	contexts int
 }
 
-func openXdpfabRx(dp *loader.Dataplane, h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
+func openXdpfabRx(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
 	x := &xdpfabRx{}
 	var err error
 	avAttr := &av.Attr{Count: len(peers), RxCtxBits: 2}
@@ -165,16 +165,16 @@ func openXdpfabRx(dp *loader.Dataplane, h *testbed.Host, local netip.AddrPort, p
 		}
 	}
 	x.want = ids[0]
-	if x.tx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG}); err != nil {
+	if x.tx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
 		x.close()
 		return nil, err
 	}
-	if x.rx, err = cq.Open(cq.Attr{Size: 4096, Format: cq.FORMAT_MSG, SingleConsumer: true}); err != nil {
+	if x.rx, err = cq.Open(cq.Attr{Size: 4096, Format: cq.FormatMsg, SingleConsumer: true}); err != nil {
 		x.close()
 		return nil, err
 	}
 	attr := ep.Attr{Ifname: testbed.LinkName, Local: local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
-		Caps: fi.MSG | fi.SOURCE, BindMode: dataplane.BindCopy, Queues: 1}
+		Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy, Queues: 1}
 	if epAttr != nil {
 		epAttr(&attr)
 	}
@@ -229,7 +229,7 @@ func (x *xdpfabRx) loop(multi bool, check func(fi.Addr) bool) rxLoop {
 			for {
 				var err error
 				if multi {
-					err = x.ep.Rx(s.ctx).RecvMsg(s.buf, fi.AddrUnspec, s, fi.MULTI_RECV)
+					err = x.ep.Rx(s.ctx).RecvMsg(s.buf, fi.AddrUnspec, s, fi.MultiRecv)
 				} else {
 					err = x.ep.Rx(s.ctx).Recv(s.buf, fi.AddrUnspec, s)
 				}
@@ -271,7 +271,7 @@ func (x *xdpfabRx) loop(multi bool, check func(fi.Addr) bool) rxLoop {
 				} else if srcs[i] != x.want {
 					b++
 				}
-				if !multi || ents[i].Flags&fi.MULTI_RECV != 0 {
+				if !multi || ents[i].Flags&fi.MultiRecv != 0 {
 					if err := post(ents[i].OpContext.(*slot)); err != nil {
 						return err
 					}
@@ -399,7 +399,7 @@ type asavieRx struct {
 	want uint64
 }
 
-func openAsavie(dp *loader.Dataplane, h *testbed.Host, local netip.AddrPort, peer netip.AddrPort, slot uint32) (*asavieRx, *av.AV, error) {
+func openAsavie(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, peer netip.AddrPort, slot uint32) (*asavieRx, *av.AV, error) {
 	a, err := av.Open(dp, &av.Attr{Count: 1})
 	if err != nil {
 		return nil, nil, err

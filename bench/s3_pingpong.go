@@ -155,7 +155,7 @@ func runPingPong(r *results, cfg *config) error {
 	return nil
 }
 
-func xdpfabPingPong(r *results, cfg *config, dp *loader.Dataplane, bd *testbed.Bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
+func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
 	add func(string, string, int, []ppResult)) error {
 	la, lb := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(bd.B.IPv4, rxPort)
 	epAttr := func(a *ep.Attr) { a.BusyPoll = poll }

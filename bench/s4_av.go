@@ -54,7 +54,7 @@ func memlock(m *ebpf.Map) (uint64, error) {
 // xdpfabAVRun inserts n addresses in calls of batch and removes them in
 // calls of removeBatch, returning the rates and the Go heap growth per
 // entry.
-func xdpfabAVRun(dp *loader.Dataplane, n, batch, removeBatch int, more bool) (ins, rem, heap float64, err error) {
+func xdpfabAVRun(dp *loader.Objects, n, batch, removeBatch int, more bool) (ins, rem, heap float64, err error) {
 	addrs := make([]netip.AddrPort, n)
 	for i := range addrs {
 		addrs[i] = avAddr(i, false)
@@ -73,7 +73,7 @@ func xdpfabAVRun(dp *loader.Dataplane, n, batch, removeBatch int, more bool) (in
 		k := min(batch, n-i)
 		flags := fi.Flags(0)
 		if more && (i+k)%1024 != 0 && i+k < n {
-			flags = fi.MORE
+			flags = fi.More
 		}
 		if got, err := a.Insert(addrs[i:i+k], ids[i:i+k], flags, nil); err != nil || got != k {
 			return 0, 0, 0, fmt.Errorf("insert: %d of %d: %v", got, k, err)

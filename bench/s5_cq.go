@@ -19,7 +19,7 @@ import (
 type benchCtx struct{ n int }
 
 func cqEntry() cq.Entry {
-	return cq.Entry{OpContext: &benchCtx{1}, Flags: fi.RECV | fi.MSG, Len: 64, Data: 7}
+	return cq.Entry{OpContext: &benchCtx{1}, Flags: fi.Recv | fi.Msg, Len: 64, Data: 7}
 }
 
 // cqThroughput moves n completions from a producer goroutine (Reserve,
@@ -144,8 +144,8 @@ func runCQ(r *results, cfg *config) error {
 		attr       *cq.Attr
 	}
 	tcases := []tcase{
-		{"cq", "xdpfab CQ (FORMAT_MSG, locks)", &cq.Attr{Format: cq.FORMAT_MSG, WaitObj: cq.WAIT_MUTEX_COND}},
-		{"cq-spsc", "xdpfab CQ, SingleProducer+SingleConsumer", &cq.Attr{Format: cq.FORMAT_MSG, WaitObj: cq.WAIT_MUTEX_COND, SingleProducer: true, SingleConsumer: true}},
+		{"cq", "xdpfab CQ (FORMAT_MSG, locks)", &cq.Attr{Format: cq.FormatMsg, WaitObj: cq.WaitMutexCond}},
+		{"cq-spsc", "xdpfab CQ, SingleProducer+SingleConsumer", &cq.Attr{Format: cq.FormatMsg, WaitObj: cq.WaitMutexCond, SingleProducer: true, SingleConsumer: true}},
 		{"chan", "buffered Go channel (1024) of cq.Entry", nil},
 	}
 	for _, c := range tcases {
@@ -168,7 +168,7 @@ func runCQ(r *results, cfg *config) error {
 		key  string
 		wait cq.WaitObj
 	}
-	for _, w := range []wcase{{"WAIT_FD", cq.WAIT_FD}, {"WAIT_MUTEX_COND", cq.WAIT_MUTEX_COND}, {"WAIT_YIELD", cq.WAIT_YIELD}, {"chan", -1}} {
+	for _, w := range []wcase{{"WAIT_FD", cq.WaitFD}, {"WAIT_MUTEX_COND", cq.WaitMutexCond}, {"WAIT_YIELD", cq.WaitYield}, {"chan", -1}} {
 		var p50s, p99s []float64
 		for range cfg.reps {
 			var p50, p99 time.Duration
@@ -192,7 +192,7 @@ func runCQ(r *results, cfg *config) error {
 }
 
 func cqWakeup(cfg *config, w cq.WaitObj, samples int) (time.Duration, time.Duration, error) {
-	q, err := cq.Open(cq.Attr{WaitObj: w, Format: cq.FORMAT_DATA})
+	q, err := cq.Open(cq.Attr{WaitObj: w, Format: cq.FormatData})
 	if err != nil {
 		return 0, 0, err
 	}

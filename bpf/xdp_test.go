@@ -39,7 +39,7 @@ var (
 
 // fixture: a dataplane with endpoints of every policy, one AV, and a real
 // AF_XDP socket in XSKMAP slots 0 and 1 so redirects succeed.
-func fixture(t *testing.T) *loader.Dataplane {
+func fixture(t *testing.T) *loader.Objects {
 	t.Helper()
 	testutil.RequirePrivileged(t)
 	dp, err := loader.Load(loader.Config{AVEntries: 1024, MaxAVs: 8})
@@ -164,7 +164,7 @@ func TestXDPTable(t *testing.T) {
 
 // check runs f and compares verdict, metadata and the counter deltas: RX
 // and exactly one outcome counter move by one.
-func check(t *testing.T, dp *loader.Dataplane, f []byte, ctx bpf.XDPMD, w want) {
+func check(t *testing.T, dp *loader.Objects, f []byte, ctx bpf.XDPMD, w want) {
 	t.Helper()
 	before, err := dp.Counters()
 	if err != nil {

@@ -127,7 +127,7 @@ func (c *Client) AVInsert(a AVInsertArgs) (InsertResult, error) {
 			part.UserIDs = a.UserIDs[start:end]
 		}
 		if end < len(a.Addrs) {
-			part.Flags |= fi.MORE
+			part.Flags |= fi.More
 		}
 		var r InsertResult
 		if err := c.call(OpAVInsert, part, &r); err != nil {

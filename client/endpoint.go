@@ -74,7 +74,7 @@ func firstRx(a ep.Attr) *cq.CQ {
 // the agent hands over, for endpoints to resolve destinations and for
 // lookups without a round trip to the agent. Writes go through the agent
 // (AVInsert, AVRemove, ...). Close the Dataplane after the AV.
-func (c *Client) OpenAV(name string) (*loader.Dataplane, *av.AV, error) {
+func (c *Client) OpenAV(name string) (*loader.Objects, *av.AV, error) {
 	fds, err := c.Call(OpMapsOpen, nil, nil)
 	if err != nil {
 		return nil, nil, err
@@ -89,7 +89,7 @@ func (c *Client) OpenAV(name string) (*loader.Dataplane, *av.AV, error) {
 // OpenAVPinned is OpenAV through the agent's pins (pinRoot: its
 // --pin-root), for a process that can reach them (see
 // loader.ShareWithGroup) and wants no agent connection.
-func OpenAVPinned(pinRoot, name string) (*loader.Dataplane, *av.AV, error) {
+func OpenAVPinned(pinRoot, name string) (*loader.Objects, *av.AV, error) {
 	dp, err := loader.OpenPinned(pinRoot)
 	if err != nil {
 		return nil, nil, err
@@ -97,8 +97,8 @@ func OpenAVPinned(pinRoot, name string) (*loader.Dataplane, *av.AV, error) {
 	return openAV(dp, name)
 }
 
-func openAV(dp *loader.Dataplane, name string) (*loader.Dataplane, *av.AV, error) {
-	a, err := av.Open(dp, &av.Attr{Name: name, Flags: fi.READ})
+func openAV(dp *loader.Objects, name string) (*loader.Objects, *av.AV, error) {
+	a, err := av.Open(dp, &av.Attr{Name: name, Flags: fi.Read})
 	if err != nil {
 		dp.Close()
 		return nil, nil, err

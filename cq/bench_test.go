@@ -15,7 +15,7 @@ import (
 
 const benchBatch = 64
 
-var benchFormats = []Format{FORMAT_CONTEXT, FORMAT_MSG, FORMAT_DATA, FORMAT_TAGGED}
+var benchFormats = []Format{FormatContext, FormatMsg, FormatData, FormatTagged}
 
 // BenchmarkRead measures batched read throughput: a producer goroutine
 // writes b.N completions in batches (Reserve/Write/Commit, back-pressured),
@@ -27,9 +27,9 @@ var benchFormats = []Format{FORMAT_CONTEXT, FORMAT_MSG, FORMAT_DATA, FORMAT_TAGG
 func BenchmarkRead(b *testing.B) {
 	for _, f := range benchFormats {
 		b.Run(f.String()[len("FI_CQ_FORMAT_"):], func(b *testing.B) {
-			b.Run("cq", func(b *testing.B) { benchCQPipeline(b, Attr{Format: f, WaitObj: WAIT_MUTEX_COND}) })
+			b.Run("cq", func(b *testing.B) { benchCQPipeline(b, Attr{Format: f, WaitObj: WaitMutexCond}) })
 			b.Run("cq-spsc", func(b *testing.B) {
-				benchCQPipeline(b, Attr{Format: f, WaitObj: WAIT_MUTEX_COND, SingleProducer: true, SingleConsumer: true})
+				benchCQPipeline(b, Attr{Format: f, WaitObj: WaitMutexCond, SingleProducer: true, SingleConsumer: true})
 			})
 			b.Run("chan", benchChanPipeline)
 		})
@@ -37,7 +37,7 @@ func BenchmarkRead(b *testing.B) {
 }
 
 func benchEntry() Entry {
-	return Entry{OpContext: &ctx{1}, Flags: fi.RECV | fi.TAGGED, Len: 64, Data: 7, Tag: 9}
+	return Entry{OpContext: &ctx{1}, Flags: fi.Recv | fi.Tagged, Len: 64, Data: 7, Tag: 9}
 }
 
 func benchCQPipeline(b *testing.B, attr Attr) {
@@ -148,13 +148,13 @@ func BenchmarkReadLocal(b *testing.B) {
 // BenchmarkWakeup measures how long a reader asleep in SRead takes to return
 // after a producer writes one completion, per wait object, beside a
 // goroutine asleep receiving from a channel, and beside a thread asleep in
-// epoll_wait on the WAIT_FD descriptor (FD-epoll). The producer waits until
+// epoll_wait on the WaitFD descriptor (FD-epoll). The producer waits until
 // the reader has gone to sleep (it sleeps 50 µs after the reader announces
 // itself) before each write; p50 and p99 are reported in ns.
 func BenchmarkWakeup(b *testing.B) {
-	for _, w := range []WaitObj{WAIT_FD, WAIT_MUTEX_COND, WAIT_YIELD} {
+	for _, w := range []WaitObj{WaitFD, WaitMutexCond, WaitYield} {
 		b.Run(w.String()[len("FI_WAIT_"):], func(b *testing.B) {
-			q := mustOpen(b, Attr{WaitObj: w, Format: FORMAT_DATA})
+			q := mustOpen(b, Attr{WaitObj: w, Format: FormatData})
 			p := mustBind(b, q, BindAttr{})
 			buf := make([]Entry, 1)
 			benchWakeup(b,
@@ -174,10 +174,10 @@ func BenchmarkWakeup(b *testing.B) {
 	// The eventfd as an application's own event loop uses it: TryWait,
 	// then a thread blocked in epoll_wait, then Read.
 	b.Run("FD-epoll", func(b *testing.B) {
-		q := mustOpen(b, Attr{WaitObj: WAIT_FD, Format: FORMAT_DATA})
+		q := mustOpen(b, Attr{WaitObj: WaitFD, Format: FormatData})
 		p := mustBind(b, q, BindAttr{})
 		var fd int
-		if err := q.Control(GETWAIT, &fd); err != nil {
+		if err := q.Control(GetWait, &fd); err != nil {
 			b.Fatal(err)
 		}
 		ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)

@@ -10,7 +10,7 @@ import (
 // entries it discards, so an application that keeps a closed CQ around does
 // not keep them alive.
 func TestCloseDropsQueuedContexts(t *testing.T) {
-	q := mustOpen(t, Attr{Format: FORMAT_MSG})
+	q := mustOpen(t, Attr{Format: FormatMsg})
 	p := mustBind(t, q, BindAttr{})
 	// Contexts big enough to stay out of the tiny allocator, whose shared
 	// blocks outlive their objects.

@@ -35,7 +35,7 @@ func TestErrnoValues(t *testing.T) {
 	if uint64(fi.AddrNotAvail) != ^uint64(0) {
 		t.Fatalf("fi.AddrNotAvail = %#x", uint64(fi.AddrNotAvail))
 	}
-	q := mustOpen(t, Attr{Size: 1, WaitObj: WAIT_FD})
+	q := mustOpen(t, Attr{Size: 1, WaitObj: WaitFD})
 	p := mustBind(t, q, BindAttr{})
 	none := mustOpen(t, Attr{})
 
@@ -45,7 +45,7 @@ func TestErrnoValues(t *testing.T) {
 	_, errAvail := q.Read(make([]Entry, 1))
 	errOverrun := p.Push(&Completion{})
 	_, errInval := Open(Attr{Format: 7})
-	errNoData := none.Control(GETWAIT, new(int))
+	errNoData := none.Control(GetWait, new(int))
 	errNoSys := q.Control(99, nil)
 
 	tests := []struct {

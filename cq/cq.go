@@ -21,32 +21,32 @@ const (
 
 // Attr holds the attributes of a completion queue: struct fi_cq_attr, field
 // for field, then xdpfab's own. The zero value asks for the defaults: 1024
-// entries, FORMAT_CONTEXT, no wait object, safe for any number of
+// entries, FormatContext, no wait object, safe for any number of
 // producers and consumers.
 type Attr struct {
 	// Size is the minimum number of entries; 0 picks DefaultSize. The
 	// capacity is Size rounded up to a power of two.
 	Size int
-	// Flags may hold fi.AFFINITY, which makes SignalingVector valid.
+	// Flags may hold fi.Affinity, which makes SignalingVector valid.
 	Flags fi.Flags
 	// Format is the completion format.
 	Format Format
 	// WaitObj is what SRead blocks on.
 	WaitObj WaitObj
 	// SignalingVector is the CPU that wake-ups should target when Flags
-	// has fi.AFFINITY: 0 <= SignalingVector < runtime.NumCPU(). It is a
+	// has fi.Affinity: 0 <= SignalingVector < runtime.NumCPU(). It is a
 	// hint; xdpfab has no interrupts to steer and records it only.
 	SignalingVector int
 	// WaitCond is the blocking-read condition.
 	WaitCond WaitCond
-	// WaitSet is the set to signal when WaitObj is WAIT_SET (ignored
+	// WaitSet is the set to signal when WaitObj is WaitSetObj (ignored
 	// otherwise).
 	WaitSet *WaitSet
 
 	// Threshold is the number of queued entries that satisfies a blocked
-	// SRead under COND_THRESHOLD (libfabric passes it as sread's cond
+	// SRead under CondThreshold (libfabric passes it as sread's cond
 	// argument; here it is fixed at open). Values above the capacity are
-	// clamped to it. It must be 0 under COND_NONE.
+	// clamped to it. It must be 0 under CondNone.
 	Threshold int
 	// SingleProducer promises that at most one Producer is bound at a time
 	// (Bind enforces it) and that it is used by one goroutine at a time: the
@@ -85,8 +85,8 @@ type CQ struct {
 	size uint64
 	thr  uint64 // entries that satisfy a wait
 	attr Attr
-	w    *waiter  // WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND
-	set  *WaitSet // WAIT_SET
+	w    *waiter  // WaitFD, WaitPollFD, WaitMutexCond
+	set  *WaitSet // WaitSetObj
 
 	errQueued atomic.Int64 // error entries in the ring
 	overrun   atomic.Bool
@@ -138,46 +138,46 @@ type Stats struct {
 }
 
 // Open creates a completion queue (fi_cq_open). Invalid attributes fail with
-// fi.EINVAL; a failure to create the eventfd of WAIT_FD is returned as is.
+// fi.EINVAL; a failure to create the eventfd of WaitFD is returned as is.
 func Open(attr Attr) (*CQ, error) {
 	a := attr
 	if a.Size < 0 || a.Size > MaxSize {
 		return nil, fmt.Errorf("cq open: size %d outside 0..%d: %w", a.Size, MaxSize, fi.EINVAL)
 	}
-	if bad := a.Flags &^ fi.AFFINITY; bad != 0 {
+	if bad := a.Flags &^ fi.Affinity; bad != 0 {
 		return nil, fmt.Errorf("cq open: unsupported flags %s: %w", bad, fi.EINVAL)
 	}
-	if a.Flags&fi.AFFINITY != 0 && (a.SignalingVector < 0 || a.SignalingVector >= runtime.NumCPU()) {
+	if a.Flags&fi.Affinity != 0 && (a.SignalingVector < 0 || a.SignalingVector >= runtime.NumCPU()) {
 		return nil, fmt.Errorf("cq open: signaling vector %d outside 0..%d: %w",
 			a.SignalingVector, runtime.NumCPU()-1, fi.EINVAL)
 	}
 	switch a.Format {
-	case FORMAT_UNSPEC:
-		a.Format = FORMAT_CONTEXT
-	case FORMAT_CONTEXT, FORMAT_MSG, FORMAT_DATA, FORMAT_TAGGED:
+	case FormatUnspec:
+		a.Format = FormatContext
+	case FormatContext, FormatMsg, FormatData, FormatTagged:
 	default:
 		return nil, fmt.Errorf("cq open: %s: %w", a.Format, fi.EINVAL)
 	}
 	switch a.WaitObj {
-	case WAIT_UNSPEC:
-		a.WaitObj = WAIT_MUTEX_COND
-	case WAIT_NONE, WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND, WAIT_YIELD:
-	case WAIT_SET:
+	case WaitUnspec:
+		a.WaitObj = WaitMutexCond
+	case WaitNone, WaitFD, WaitPollFD, WaitMutexCond, WaitYield:
+	case WaitSetObj:
 		if a.WaitSet == nil {
 			return nil, fmt.Errorf("cq open: FI_WAIT_SET without a wait set: %w", fi.EINVAL)
 		}
 	default:
 		return nil, fmt.Errorf("cq open: %s: %w", a.WaitObj, fi.EINVAL)
 	}
-	if a.WaitObj != WAIT_SET {
+	if a.WaitObj != WaitSetObj {
 		a.WaitSet = nil
 	}
 	switch a.WaitCond {
-	case COND_NONE:
+	case CondNone:
 		if a.Threshold != 0 {
 			return nil, fmt.Errorf("cq open: threshold %d without FI_CQ_COND_THRESHOLD: %w", a.Threshold, fi.EINVAL)
 		}
-	case COND_THRESHOLD:
+	case CondThreshold:
 		if a.Threshold < 0 {
 			return nil, fmt.Errorf("cq open: threshold %d: %w", a.Threshold, fi.EINVAL)
 		}
@@ -191,19 +191,19 @@ func Open(attr Attr) (*CQ, error) {
 	size := uint64(1) << bits.Len(uint(a.Size-1))
 	a.Size = int(size)
 	thr := uint64(1)
-	if a.WaitCond == COND_THRESHOLD && a.Threshold > 1 {
+	if a.WaitCond == CondThreshold && a.Threshold > 1 {
 		thr = min(uint64(a.Threshold), size)
 	}
 
 	q := &CQ{ring: make([]slot, size), mask: size - 1, size: size, thr: thr, attr: a}
 	switch a.WaitObj {
-	case WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND:
+	case WaitFD, WaitPollFD, WaitMutexCond:
 		w, err := newWaiter(a.WaitObj)
 		if err != nil {
 			return nil, fmt.Errorf("cq open: %w", err)
 		}
 		q.w = w
-	case WAIT_SET:
+	case WaitSetObj:
 		if err := a.WaitSet.attach(q); err != nil {
 			return nil, fmt.Errorf("cq open: %w", err)
 		}
@@ -236,7 +236,7 @@ func (q *CQ) Stats() Stats {
 // nothing, while producers are bound, so it can be retried after they
 // unbind. Entries still queued are discarded (and counted in
 // Stats.Discarded); blocked SReads return fi.EBADF. A second Close fails with
-// fi.EBADF. Descriptors obtained through GETWAIT are closed. Reads that
+// fi.EBADF. Descriptors obtained through GetWait are closed. Reads that
 // race Close return fi.EBADF, never an entry counted as discarded; with
 // Attr.SingleConsumer, Close is one of the consumer's calls and must not run
 // concurrently with its reads.
@@ -272,16 +272,16 @@ func (q *CQ) Close() error {
 
 // Signal wakes a thread blocked in SRead or SReadFrom (fi_cq_signal), which
 // returns fi.EAGAIN if no entry is ready. The signal is sticky: if no SRead
-// is blocked, the next one that would block returns at once. On a WAIT_SET
-// CQ it signals the set. It fails with fi.EINVAL under WAIT_NONE.
+// is blocked, the next one that would block returns at once. On a WaitSetObj
+// CQ it signals the set. It fails with fi.EINVAL under WaitNone.
 func (q *CQ) Signal() error {
 	if q.closed.Load() {
 		return fmt.Errorf("cq signal: %w", fi.EBADF)
 	}
 	switch q.attr.WaitObj {
-	case WAIT_NONE:
+	case WaitNone:
 		return fmt.Errorf("cq signal: CQ opened with FI_WAIT_NONE: %w", fi.EINVAL)
-	case WAIT_SET:
+	case WaitSetObj:
 		q.set.signal()
 		return nil
 	}
@@ -292,17 +292,17 @@ func (q *CQ) Signal() error {
 	return nil
 }
 
-// Control performs a control command (fi_control): GETWAIT stores the wait
+// Control performs a control command (fi_control): GetWait stores the wait
 // object in arg (see Command), failing with fi.ENODATA when the CQ has none
-// (WAIT_NONE, WAIT_YIELD); GETWAITOBJ stores the WaitObj in arg, a *WaitObj.
-// A WAIT_SET CQ answers with its set's wait object. Other commands fail with
+// (WaitNone, WaitYield); GetWaitObj stores the WaitObj in arg, a *WaitObj.
+// A WaitSetObj CQ answers with its set's wait object. Other commands fail with
 // fi.ENOSYS, a wrong arg type with fi.EINVAL.
 func (q *CQ) Control(cmd Command, arg any) error {
 	if q.closed.Load() {
 		return fmt.Errorf("cq control: %w", fi.EBADF)
 	}
 	switch cmd {
-	case GETWAIT:
+	case GetWait:
 		if q.set != nil {
 			if err := q.set.getWait(arg); err != nil {
 				return fmt.Errorf("cq control: wait set: %w", err)
@@ -316,7 +316,7 @@ func (q *CQ) Control(cmd Command, arg any) error {
 			return fmt.Errorf("cq control: %w", err)
 		}
 		return nil
-	case GETWAITOBJ:
+	case GetWaitObj:
 		p, ok := arg.(*WaitObj)
 		if !ok || p == nil {
 			return fmt.Errorf("cq control: FI_GETWAITOBJ: arg is %T, want *cq.WaitObj: %w", arg, fi.EINVAL)
@@ -327,21 +327,21 @@ func (q *CQ) Control(cmd Command, arg any) error {
 	return fmt.Errorf("cq control: %s: %w", cmd, fi.ENOSYS)
 }
 
-// TryWait prepares an external wait on the object from Control(GETWAIT)
+// TryWait prepares an external wait on the object from Control(GetWait)
 // (libfabric's fi_trywait). It returns nil when the caller may block: the
 // next completion that satisfies the wait condition (or a Signal) will make
 // the descriptor readable, or broadcast the MutexCond. It fails with
 // fi.EAGAIN when entries are ready to read, so the caller should read
-// instead of blocking, with fi.EINVAL under WAIT_NONE. On a WAIT_SET CQ it
+// instead of blocking, with fi.EINVAL under WaitNone. On a WaitSetObj CQ it
 // is the set's TryWait.
 func (q *CQ) TryWait() error {
 	if q.closed.Load() {
 		return fmt.Errorf("cq trywait: %w", fi.EBADF)
 	}
 	switch q.attr.WaitObj {
-	case WAIT_NONE:
+	case WaitNone:
 		return fmt.Errorf("cq trywait: CQ opened with FI_WAIT_NONE: %w", fi.EINVAL)
-	case WAIT_SET:
+	case WaitSetObj:
 		return q.set.TryWait()
 	}
 	if q.w != nil {

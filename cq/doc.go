@@ -16,7 +16,7 @@
 //
 //	fi_cq_open, struct fi_cq_attr     Open, Attr
 //	fi_close                          CQ.Close (fi.EBUSY while bound)
-//	fi_control(FI_GETWAIT)            CQ.Control(GETWAIT, &obj)
+//	fi_control(FI_GETWAIT)            CQ.Control(GetWait, &obj)
 //	fi_trywait                        CQ.TryWait, WaitSet.TryWait
 //	fi_cq_read, fi_cq_readfrom        CQ.Read, CQ.ReadFrom
 //	fi_cq_readerr                     CQ.ReadErr
@@ -27,8 +27,8 @@
 //	struct fi_cq_err_entry            ErrEntry
 //
 // Constants keep libfabric's names without the FI_ or FI_CQ_ prefix and its
-// numeric values (FORMAT_TAGGED = 4, WAIT_FD = 3, COND_THRESHOLD = 1,
-// GETWAIT = 5), as package fi does for flags and errno values. Errors wrap
+// numeric values (FormatTagged = 4, WaitFD = 3, CondThreshold = 1,
+// GetWait = 5), as package fi does for flags and errno values. Errors wrap
 // fi.Errno values; test them with errors.Is(err, fi.EAGAIN).
 //
 // Read copies into a caller-provided []Entry. Entry has the fields of
@@ -56,7 +56,7 @@
 // or make a system call: producers wake a wait object only when someone
 // waits on it. A reader blocked in SRead parks its goroutine, whatever the
 // wait object (a thread blocked in poll(2) wakes far more slowly); the
-// eventfd of WAIT_FD is written only for an external waiter armed by
+// eventfd of WaitFD is written only for an external waiter armed by
 // TryWait, once per wake-up.
 //
 // # What this package is not

@@ -7,10 +7,10 @@ import "github.com/xdpfab/xdpfab/fi"
 // formats are prefixes of it, and the CQ's Format says how many fields Read
 // fills (the rest are zero):
 //
-//	FORMAT_CONTEXT  OpContext                          (fi_cq_entry)
-//	FORMAT_MSG      OpContext Flags Len                (fi_cq_msg_entry)
-//	FORMAT_DATA     OpContext Flags Len Buf Data       (fi_cq_data_entry)
-//	FORMAT_TAGGED   OpContext Flags Len Buf Data Tag   (fi_cq_tagged_entry)
+//	FormatContext  OpContext                          (fi_cq_entry)
+//	FormatMsg      OpContext Flags Len                (fi_cq_msg_entry)
+//	FormatData     OpContext Flags Len Buf Data       (fi_cq_data_entry)
+//	FormatTagged   OpContext Flags Len Buf Data Tag   (fi_cq_tagged_entry)
 //
 // The field meanings are fi_cq(3)'s "Completion fields".
 type Entry struct {
@@ -18,17 +18,17 @@ type Entry struct {
 	// for completions not tied to a posted operation. An interface holding
 	// a pointer costs no allocation to store or return.
 	OpContext any
-	// Flags are the completion flags: fi.SEND or fi.RECV with fi.MSG or
-	// fi.TAGGED, fi.REMOTE_CQ_DATA, fi.MULTI_RECV, ...
+	// Flags are the completion flags: fi.Send or fi.Recv with fi.Msg or
+	// fi.Tagged, fi.RemoteCQData, fi.MultiRecv, ...
 	Flags fi.Flags
 	// Len is the number of bytes received (receives only).
 	Len int
 	// Buf is where the data was placed in a multi-receive buffer
-	// (fi.MULTI_RECV receives only). libfabric's void *buf; the slice
+	// (fi.MultiRecv receives only). libfabric's void *buf; the slice
 	// carries the pointer and, as its length, Len.
 	Buf []byte
 	// Data is the remote CQ data, in host byte order, valid when Flags has
-	// fi.REMOTE_CQ_DATA.
+	// fi.RemoteCQData.
 	Data uint64
 	// Tag is the received tag (tagged receives only).
 	Tag uint64
@@ -71,7 +71,7 @@ type ErrEntry struct {
 	// the FI_SOCKADDR_IN / FI_SOCKADDR_IN6 format the av package inserts.
 	ErrData []byte
 	// SrcAddr is the source of a failed receive when the endpoint has
-	// fi.SOURCE and the sender is known, else fi.AddrNotAvail.
+	// fi.Source and the sender is known, else fi.AddrNotAvail.
 	SrcAddr fi.Addr
 }
 
@@ -81,11 +81,11 @@ type Completion struct {
 	Entry
 
 	// Src is the sender, already chosen by the producer: its fi_addr, or
-	// its user ID when the address vector uses fi.AV_USER_ID. The CQ
-	// reports it to ReadFrom only if the binding has fi.SOURCE.
+	// its user ID when the address vector uses fi.AVUserID. The CQ
+	// reports it to ReadFrom only if the binding has fi.Source.
 	Src fi.Addr
 	// SrcUnknown says the sender is not in the address vector. With
-	// fi.SOURCE it is reported as fi.AddrNotAvail; with fi.SOURCE_ERR a
+	// fi.Source it is reported as fi.AddrNotAvail; with fi.SourceErr a
 	// successful completion becomes an error completion (Err
 	// fi.EADDRNOTAVAIL, ErrData = SrcRaw).
 	SrcUnknown bool

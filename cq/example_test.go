@@ -18,7 +18,7 @@ import (
 type request struct{ name string }
 
 func ExampleOpen() {
-	q, err := cq.Open(cq.Attr{Size: 100, Format: cq.FORMAT_TAGGED, WaitObj: cq.WAIT_FD})
+	q, err := cq.Open(cq.Attr{Size: 100, Format: cq.FormatTagged, WaitObj: cq.WaitFD})
 	if err != nil {
 		panic(err)
 	}
@@ -34,12 +34,12 @@ func ExampleOpen() {
 }
 
 func ExampleCQ_Read() {
-	q, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+	q, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	defer q.Close()
 	ep, _ := q.Bind(cq.BindAttr{}) // what an endpoint does
 	defer ep.Unbind()
-	ep.Push(&cq.Completion{Entry: cq.Entry{OpContext: &request{"send 1"}, Flags: fi.SEND | fi.MSG}})
-	ep.Push(&cq.Completion{Entry: cq.Entry{OpContext: &request{"recv 1"}, Flags: fi.RECV | fi.MSG, Len: 42}})
+	ep.Push(&cq.Completion{Entry: cq.Entry{OpContext: &request{"send 1"}, Flags: fi.Send | fi.Msg}})
+	ep.Push(&cq.Completion{Entry: cq.Entry{OpContext: &request{"recv 1"}, Flags: fi.Recv | fi.Msg, Len: 42}})
 
 	buf := make([]cq.Entry, 16)
 	for {
@@ -60,15 +60,15 @@ func ExampleCQ_Read() {
 }
 
 func ExampleCQ_ReadErr() {
-	q, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+	q, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	defer q.Close()
 	// An endpoint with FI_SOURCE_ERR receives from a sender that is not in
 	// its address vector.
-	ep, _ := q.Bind(cq.BindAttr{Caps: fi.SOURCE | fi.SOURCE_ERR})
+	ep, _ := q.Bind(cq.BindAttr{Caps: fi.Source | fi.SourceErr})
 	defer ep.Unbind()
 	raw := sockaddrIn(netip.MustParseAddrPort("192.0.2.7:5000"))
 	ep.Push(&cq.Completion{
-		Entry:      cq.Entry{OpContext: &request{"recv 2"}, Flags: fi.RECV | fi.MSG, Len: 5},
+		Entry:      cq.Entry{OpContext: &request{"recv 2"}, Flags: fi.Recv | fi.Msg, Len: 5},
 		SrcUnknown: true, SrcRaw: raw,
 	})
 
@@ -91,7 +91,7 @@ func ExampleCQ_ReadErr() {
 }
 
 func ExampleCQ_SRead() {
-	q, _ := cq.Open(cq.Attr{Format: cq.FORMAT_DATA, WaitObj: cq.WAIT_UNSPEC})
+	q, _ := cq.Open(cq.Attr{Format: cq.FormatData, WaitObj: cq.WaitUnspec})
 	defer q.Close()
 	ep, _ := q.Bind(cq.BindAttr{})
 	defer ep.Unbind()
@@ -99,7 +99,7 @@ func ExampleCQ_SRead() {
 	// Automatic progress: the endpoint's goroutine writes completions.
 	go func() {
 		time.Sleep(10 * time.Millisecond)
-		ep.Push(&cq.Completion{Entry: cq.Entry{Flags: fi.RECV | fi.MSG | fi.REMOTE_CQ_DATA, Len: 8, Data: 0xfeed}})
+		ep.Push(&cq.Completion{Entry: cq.Entry{Flags: fi.Recv | fi.Msg | fi.RemoteCQData, Len: 8, Data: 0xfeed}})
 	}()
 
 	buf := make([]cq.Entry, 4)
@@ -116,7 +116,7 @@ func ExampleCQ_SRead() {
 // An endpoint that can be back-pressured reserves CQ room before it takes
 // frames from its socket ring.
 func ExampleProducer_Reserve() {
-	q, _ := cq.Open(cq.Attr{Size: 4, Format: cq.FORMAT_MSG})
+	q, _ := cq.Open(cq.Attr{Size: 4, Format: cq.FormatMsg})
 	defer q.Close()
 	ep, _ := q.Bind(cq.BindAttr{})
 	defer ep.Unbind()
@@ -124,7 +124,7 @@ func ExampleProducer_Reserve() {
 	frames := []int{100, 200, 300, 400, 500, 600} // waiting in the RX ring
 	n, _ := ep.Reserve(len(frames))
 	for _, size := range frames[:n] {
-		ep.Write(&cq.Completion{Entry: cq.Entry{Flags: fi.RECV | fi.MSG, Len: size}})
+		ep.Write(&cq.Completion{Entry: cq.Entry{Flags: fi.Recv | fi.Msg, Len: size}})
 	}
 	ep.Commit()
 	frames = frames[n:] // the rest stays in the ring
@@ -137,14 +137,14 @@ func ExampleProducer_Reserve() {
 	// 4 0 false
 }
 
-// The WAIT_FD descriptor in the application's own poll loop.
+// The WaitFD descriptor in the application's own poll loop.
 func ExampleCQ_Control() {
-	q, _ := cq.Open(cq.Attr{WaitObj: cq.WAIT_FD})
+	q, _ := cq.Open(cq.Attr{WaitObj: cq.WaitFD})
 	defer q.Close()
 	ep, _ := q.Bind(cq.BindAttr{})
 	defer ep.Unbind()
 	var fd int
-	if err := q.Control(cq.GETWAIT, &fd); err != nil {
+	if err := q.Control(cq.GetWait, &fd); err != nil {
 		panic(err)
 	}
 

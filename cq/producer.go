@@ -11,7 +11,7 @@ import (
 // BindAttr describes an endpoint binding to a CQ.
 type BindAttr struct {
 	// Caps are the endpoint's capabilities that change what the CQ
-	// reports: fi.SOURCE and fi.SOURCE_ERR (which requires fi.SOURCE).
+	// reports: fi.Source and fi.SourceErr (which requires fi.Source).
 	// Other bits are ignored.
 	Caps fi.Flags
 	// Progress, if set, is called at the start of every read call on the
@@ -55,9 +55,9 @@ type Producer struct {
 
 // Bind attaches an endpoint to the CQ. While any Producer is bound, Close
 // fails with fi.EBUSY. With Attr.SingleProducer a second Bind fails with
-// fi.EBUSY. fi.SOURCE_ERR without fi.SOURCE fails with fi.EINVAL.
+// fi.EBUSY. fi.SourceErr without fi.Source fails with fi.EINVAL.
 func (q *CQ) Bind(attr BindAttr) (*Producer, error) {
-	if attr.Caps&fi.SOURCE_ERR != 0 && attr.Caps&fi.SOURCE == 0 {
+	if attr.Caps&fi.SourceErr != 0 && attr.Caps&fi.Source == 0 {
 		return nil, fmt.Errorf("cq bind: FI_SOURCE_ERR requires FI_SOURCE: %w", fi.EINVAL)
 	}
 	q.mu.Lock()
@@ -68,7 +68,7 @@ func (q *CQ) Bind(attr BindAttr) (*Producer, error) {
 	if q.attr.SingleProducer && q.bound > 0 {
 		return nil, fmt.Errorf("cq bind: CQ opened for a single producer, which is bound: %w", fi.EBUSY)
 	}
-	p := &Producer{q: q, caps: attr.Caps & (fi.SOURCE | fi.SOURCE_ERR), progress: attr.Progress}
+	p := &Producer{q: q, caps: attr.Caps & (fi.Source | fi.SourceErr), progress: attr.Progress}
 	q.bound++
 	if p.progress != nil {
 		var hs []*Producer
@@ -272,7 +272,7 @@ func (p *Producer) check(c *Completion) error {
 		return fmt.Errorf("cq write: negative length (len %d, olen %d): %w", c.Len, c.OLen, fi.EINVAL)
 	case c.Err == 0 && (c.OLen != 0 || c.ProvErrno != 0 || len(c.ErrData) != 0):
 		return fmt.Errorf("cq write: olen, prov_errno or err_data on a successful completion: %w", fi.EINVAL)
-	case c.Err == 0 && c.SrcUnknown && p.caps&fi.SOURCE_ERR != 0 && len(c.SrcRaw) == 0:
+	case c.Err == 0 && c.SrcUnknown && p.caps&fi.SourceErr != 0 && len(c.SrcRaw) == 0:
 		return fmt.Errorf("cq write: unknown source without its raw address (FI_SOURCE_ERR): %w", fi.EINVAL)
 	}
 	return nil
@@ -284,12 +284,12 @@ func (p *Producer) check(c *Completion) error {
 func (q *CQ) fill(s *slot, c *Completion, caps fi.Flags) bool {
 	s.e = c.Entry
 	s.src = fi.AddrNotAvail
-	if caps&fi.SOURCE != 0 && !c.SrcUnknown {
+	if caps&fi.Source != 0 && !c.SrcUnknown {
 		s.src = c.Src
 	}
 	err, prov, data := c.Err, c.ProvErrno, c.ErrData
 	if err == 0 {
-		if !c.SrcUnknown || caps&fi.SOURCE_ERR == 0 {
+		if !c.SrcUnknown || caps&fi.SourceErr == 0 {
 			s.isErr = false
 			return false
 		}

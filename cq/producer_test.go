@@ -57,7 +57,7 @@ func TestBackPressure(t *testing.T) {
 // (fatal); the valid entries are still read, errors included, then every
 // read returns EOVERRUN; each lost completion is counted.
 func TestOverrun(t *testing.T) {
-	q := mustOpen(t, Attr{Size: 4, WaitObj: WAIT_MUTEX_COND})
+	q := mustOpen(t, Attr{Size: 4, WaitObj: WaitMutexCond})
 	p := mustBind(t, q, BindAttr{})
 	mustPush(t, p, Completion{Entry: Entry{OpContext: &ctx{0}}})
 	mustPush(t, p, Completion{Entry: Entry{OpContext: &ctx{1}}})
@@ -143,7 +143,7 @@ func TestOverrunWakesReader(t *testing.T) {
 // no state.
 func TestProducerBadInput(t *testing.T) {
 	q := mustOpen(t, Attr{Size: 4})
-	p := mustBind(t, q, BindAttr{Caps: fi.SOURCE | fi.SOURCE_ERR})
+	p := mustBind(t, q, BindAttr{Caps: fi.Source | fi.SourceErr})
 	before := q.Stats()
 	bad := []struct {
 		name string
@@ -184,7 +184,7 @@ func TestProducerBadInput(t *testing.T) {
 	wantErr(t, "Unbind with a reservation open", p.Unbind(), fi.EBUSY)
 	p.Commit()
 
-	if _, err := q.Bind(BindAttr{Caps: fi.SOURCE_ERR}); err == nil {
+	if _, err := q.Bind(BindAttr{Caps: fi.SourceErr}); err == nil {
 		t.Fatal("Bind with FI_SOURCE_ERR alone succeeded")
 	} else {
 		wantErr(t, "Bind with FI_SOURCE_ERR alone", err, fi.EINVAL)
@@ -214,9 +214,9 @@ func TestSingleProducerBinding(t *testing.T) {
 // changing nothing, so a retried close is safe; entries left are discarded
 // and counted.
 func TestCloseBusy(t *testing.T) {
-	for _, w := range []WaitObj{WAIT_NONE, WAIT_FD, WAIT_MUTEX_COND, WAIT_YIELD} {
+	for _, w := range []WaitObj{WaitNone, WaitFD, WaitMutexCond, WaitYield} {
 		t.Run(w.String(), func(t *testing.T) {
-			q, err := Open(Attr{WaitObj: w, Format: FORMAT_MSG})
+			q, err := Open(Attr{WaitObj: w, Format: FormatMsg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +238,7 @@ func TestCloseBusy(t *testing.T) {
 			if n, err := q.Read(buf); n != 1 || err != nil || ctxID(buf[0].OpContext) != 1 {
 				t.Fatalf("Read after EBUSY = %d, %v", n, err)
 			}
-			if w != WAIT_NONE {
+			if w != WaitNone {
 				if err := q.Signal(); err != nil {
 					t.Fatal(err)
 				}
@@ -260,8 +260,8 @@ func TestCloseBusy(t *testing.T) {
 			wantErr(t, "ReadErr after Close", q.ReadErr(&ErrEntry{}), fi.EBADF)
 			_, err = q.Bind(BindAttr{})
 			wantErr(t, "Bind after Close", err, fi.EBADF)
-			wantErr(t, "Control after Close", q.Control(GETWAITOBJ, new(WaitObj)), fi.EBADF)
-			if w != WAIT_NONE {
+			wantErr(t, "Control after Close", q.Control(GetWaitObj, new(WaitObj)), fi.EBADF)
+			if w != WaitNone {
 				_, err = q.SRead(buf, -1)
 				wantErr(t, "SRead after Close", err, fi.EBADF)
 				wantErr(t, "Signal after Close", q.Signal(), fi.EBADF)

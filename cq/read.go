@@ -68,9 +68,9 @@ func (q *CQ) Read(buf []Entry) (int, error) {
 }
 
 // ReadFrom is Read that also reports each entry's source (fi_cq_readfrom):
-// src[i] is the sender of buf[i], as its fi_addr or, with fi.AV_USER_ID, its
+// src[i] is the sender of buf[i], as its fi_addr or, with fi.AVUserID, its
 // user ID. It is fi.AddrNotAvail when the producing endpoint lacks
-// fi.SOURCE or the sender is not in the address vector. src must be at least
+// fi.Source or the sender is not in the address vector. src must be at least
 // as long as buf (fi.EINVAL otherwise); nil src is Read.
 func (q *CQ) ReadFrom(buf []Entry, src []fi.Addr) (int, error) {
 	if src != nil && len(src) < len(buf) {
@@ -141,7 +141,7 @@ func (q *CQ) take(buf []Entry, src []fi.Addr) (int, fi.Errno) {
 func (q *CQ) copyOut(buf []Entry, h uint64) int {
 	ring, mask := q.ring, q.mask
 	switch q.attr.Format {
-	case FORMAT_CONTEXT:
+	case FormatContext:
 		for i := range buf {
 			s := &ring[(h+uint64(i))&mask]
 			if s.isErr {
@@ -150,7 +150,7 @@ func (q *CQ) copyOut(buf []Entry, h uint64) int {
 			buf[i] = Entry{OpContext: s.e.OpContext}
 			s.e.OpContext, s.e.Buf = nil, nil
 		}
-	case FORMAT_MSG:
+	case FormatMsg:
 		for i := range buf {
 			s := &ring[(h+uint64(i))&mask]
 			if s.isErr {
@@ -160,7 +160,7 @@ func (q *CQ) copyOut(buf []Entry, h uint64) int {
 			buf[i].Buf, buf[i].Data, buf[i].Tag = nil, 0, 0
 			s.e.OpContext, s.e.Buf = nil, nil
 		}
-	case FORMAT_DATA:
+	case FormatData:
 		for i := range buf {
 			s := &ring[(h+uint64(i))&mask]
 			if s.isErr {
@@ -170,7 +170,7 @@ func (q *CQ) copyOut(buf []Entry, h uint64) int {
 			buf[i].Tag = 0
 			s.e.OpContext, s.e.Buf = nil, nil
 		}
-	default: // FORMAT_TAGGED
+	default: // FormatTagged
 		for i := range buf {
 			s := &ring[(h+uint64(i))&mask]
 			if s.isErr {
@@ -241,12 +241,12 @@ func (q *CQ) ReadErr(e *ErrEntry) error {
 }
 
 // SRead is Read that blocks (fi_cq_sread) until the wait condition holds
-// (an entry, or Attr.Threshold entries under COND_THRESHOLD; an error entry
+// (an entry, or Attr.Threshold entries under CondThreshold; an error entry
 // or an overrun always ends the wait), the timeout expires, or Signal is
 // called. timeout 0 polls; a negative timeout waits forever. On expiry or
 // Signal it returns what is queued, or fi.EAGAIN if nothing is. It fails
-// with fi.EINVAL under WAIT_NONE and WAIT_SET, and with fi.EBADF if the CQ
-// is closed meanwhile. It parks the goroutine (under WAIT_YIELD it spins with
+// with fi.EINVAL under WaitNone and WaitSetObj, and with fi.EBADF if the CQ
+// is closed meanwhile. It parks the goroutine (under WaitYield it spins with
 // runtime.Gosched instead); producers wake it through the wait object. With
 // manual progress it runs the progress functions between sleeps of 20 µs
 // growing to 1 ms.
@@ -266,7 +266,7 @@ func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, 
 		return 0, fmt.Errorf("cq sreadfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
 	}
 	switch q.attr.WaitObj {
-	case WAIT_NONE, WAIT_SET:
+	case WaitNone, WaitSetObj:
 		return 0, fmt.Errorf("cq sread: CQ opened with %s: %w", q.attr.WaitObj, fi.EINVAL)
 	}
 	if q.closed.Load() {
@@ -306,7 +306,7 @@ func (q *CQ) waitOver() bool {
 // nobody else produces, so the sleep is cut short to run the progress
 // functions again.
 func (q *CQ) block(deadline time.Time, forever bool, backoff *time.Duration) {
-	if q.attr.WaitObj == WAIT_YIELD {
+	if q.attr.WaitObj == WaitYield {
 		runtime.Gosched()
 		return
 	}

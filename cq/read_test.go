@@ -12,7 +12,7 @@ import (
 // fi_cq_read and SEMANTICS.md item 21: EAGAIN when empty (count 0 too),
 // FIFO order, partial batches.
 func TestReadEmptyAndFIFO(t *testing.T) {
-	q := mustOpen(t, Attr{Size: 8, Format: FORMAT_MSG})
+	q := mustOpen(t, Attr{Size: 8, Format: FormatMsg})
 	p := mustBind(t, q, BindAttr{})
 	buf := make([]Entry, 4)
 
@@ -22,7 +22,7 @@ func TestReadEmptyAndFIFO(t *testing.T) {
 	wantErr(t, "Read(count 0) on empty CQ", err, fi.EAGAIN)
 
 	for i := range 6 {
-		mustPush(t, p, Completion{Entry: Entry{OpContext: &ctx{i}, Flags: fi.SEND | fi.MSG}})
+		mustPush(t, p, Completion{Entry: Entry{OpContext: &ctx{i}, Flags: fi.Send | fi.Msg}})
 	}
 	if n, err := q.Read(nil); n != 0 || err != nil {
 		t.Fatalf("Read(count 0) on a non-empty CQ = %d, %v; want 0, nil", n, err)
@@ -62,16 +62,16 @@ func equalInts(a, b []int) bool {
 // zeroes the rest of Entry.
 func TestReadFormats(t *testing.T) {
 	rx := make([]byte, 64)
-	full := Entry{OpContext: &ctx{7}, Flags: fi.RECV | fi.TAGGED | fi.REMOTE_CQ_DATA | fi.MULTI_RECV,
+	full := Entry{OpContext: &ctx{7}, Flags: fi.Recv | fi.Tagged | fi.RemoteCQData | fi.MultiRecv,
 		Len: 5, Buf: rx[8:13], Data: 0xdead, Tag: 0xbeef}
 	tests := []struct {
 		format Format
 		want   Entry
 	}{
-		{FORMAT_CONTEXT, Entry{OpContext: full.OpContext}},
-		{FORMAT_MSG, Entry{OpContext: full.OpContext, Flags: full.Flags, Len: 5}},
-		{FORMAT_DATA, Entry{OpContext: full.OpContext, Flags: full.Flags, Len: 5, Buf: full.Buf, Data: 0xdead}},
-		{FORMAT_TAGGED, full},
+		{FormatContext, Entry{OpContext: full.OpContext}},
+		{FormatMsg, Entry{OpContext: full.OpContext, Flags: full.Flags, Len: 5}},
+		{FormatData, Entry{OpContext: full.OpContext, Flags: full.Flags, Len: 5, Buf: full.Buf, Data: 0xdead}},
+		{FormatTagged, full},
 	}
 	for _, tt := range tests {
 		t.Run(tt.format.String(), func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestReadFormats(t *testing.T) {
 			p := mustBind(t, q, BindAttr{})
 			mustPush(t, p, Completion{Entry: full})
 			// Stale values in the caller's buffer must not survive.
-			buf := []Entry{{Flags: fi.WRITE, Len: 99, Data: 1, Tag: 2, Buf: rx}}
+			buf := []Entry{{Flags: fi.Write, Len: 99, Data: 1, Tag: 2, Buf: rx}}
 			if n, err := q.Read(buf); n != 1 || err != nil {
 				t.Fatalf("Read = %d, %v", n, err)
 			}
@@ -104,17 +104,17 @@ func TestCompletionFlags(t *testing.T) {
 		name string
 		e    Entry
 	}{
-		{"send of a message", Entry{OpContext: &ctx{1}, Flags: fi.SEND | fi.MSG}},
-		{"send of a tagged message", Entry{OpContext: &ctx{2}, Flags: fi.SEND | fi.TAGGED}},
-		{"receive of a message", Entry{OpContext: &ctx{3}, Flags: fi.RECV | fi.MSG, Len: 100}},
-		{"tagged receive", Entry{OpContext: &ctx{4}, Flags: fi.RECV | fi.TAGGED, Len: 8, Tag: 0x1234}},
-		{"receive with remote CQ data", Entry{OpContext: &ctx{5}, Flags: fi.RECV | fi.MSG | fi.REMOTE_CQ_DATA, Len: 4, Data: 42}},
-		{"message placed in a multi-receive buffer", Entry{OpContext: &ctx{6}, Flags: fi.RECV | fi.MSG, Len: 10, Buf: mrecv[32:42]}},
-		{"last message of a multi-receive buffer", Entry{OpContext: &ctx{7}, Flags: fi.RECV | fi.MSG | fi.MULTI_RECV, Len: 10, Buf: mrecv[42:52]}},
-		{"multi-receive buffer released alone", Entry{OpContext: &ctx{8}, Flags: fi.MULTI_RECV}},
-		{"remote write with CQ data, no context", Entry{Flags: fi.RMA | fi.REMOTE_WRITE | fi.REMOTE_CQ_DATA, Data: 9}},
+		{"send of a message", Entry{OpContext: &ctx{1}, Flags: fi.Send | fi.Msg}},
+		{"send of a tagged message", Entry{OpContext: &ctx{2}, Flags: fi.Send | fi.Tagged}},
+		{"receive of a message", Entry{OpContext: &ctx{3}, Flags: fi.Recv | fi.Msg, Len: 100}},
+		{"tagged receive", Entry{OpContext: &ctx{4}, Flags: fi.Recv | fi.Tagged, Len: 8, Tag: 0x1234}},
+		{"receive with remote CQ data", Entry{OpContext: &ctx{5}, Flags: fi.Recv | fi.Msg | fi.RemoteCQData, Len: 4, Data: 42}},
+		{"message placed in a multi-receive buffer", Entry{OpContext: &ctx{6}, Flags: fi.Recv | fi.Msg, Len: 10, Buf: mrecv[32:42]}},
+		{"last message of a multi-receive buffer", Entry{OpContext: &ctx{7}, Flags: fi.Recv | fi.Msg | fi.MultiRecv, Len: 10, Buf: mrecv[42:52]}},
+		{"multi-receive buffer released alone", Entry{OpContext: &ctx{8}, Flags: fi.MultiRecv}},
+		{"remote write with CQ data, no context", Entry{Flags: fi.RMA | fi.RemoteWrite | fi.RemoteCQData, Data: 9}},
 	}
-	q := mustOpen(t, Attr{Format: FORMAT_TAGGED})
+	q := mustOpen(t, Attr{Format: FormatTagged})
 	p := mustBind(t, q, BindAttr{})
 	for _, tt := range tests {
 		mustPush(t, p, Completion{Entry: tt.e})
@@ -135,13 +135,13 @@ func TestCompletionFlags(t *testing.T) {
 // successes; Read returns the successes ahead of an error, then EAVAIL;
 // ReadErr pops one error when the head is an error, else EAGAIN.
 func TestErrorsInOrder(t *testing.T) {
-	q := mustOpen(t, Attr{Format: FORMAT_MSG})
+	q := mustOpen(t, Attr{Format: FormatMsg})
 	p := mustBind(t, q, BindAttr{})
 	ok := func(id int) Completion {
-		return Completion{Entry: Entry{OpContext: &ctx{id}, Flags: fi.RECV | fi.MSG, Len: id}}
+		return Completion{Entry: Entry{OpContext: &ctx{id}, Flags: fi.Recv | fi.Msg, Len: id}}
 	}
 	bad := func(id int) Completion {
-		return Completion{Entry: Entry{OpContext: &ctx{id}, Flags: fi.RECV | fi.MSG}, Err: fi.EIO, ProvErrno: -id}
+		return Completion{Entry: Entry{OpContext: &ctx{id}, Flags: fi.Recv | fi.Msg}, Err: fi.EIO, ProvErrno: -id}
 	}
 	for _, c := range []Completion{ok(1), ok(2), bad(3), ok(4), bad(5), bad(6), ok(7)} {
 		mustPush(t, p, c)
@@ -188,7 +188,7 @@ func TestErrorsInOrder(t *testing.T) {
 			wantErr(t, s.op, err, s.wantErr)
 			if s.wantErr == 0 {
 				id := s.wantIDs[0]
-				if ctxID(e.OpContext) != id || e.Err != fi.EIO || e.ProvErrno != -id || e.Flags != fi.RECV|fi.MSG {
+				if ctxID(e.OpContext) != id || e.Err != fi.EIO || e.ProvErrno != -id || e.Flags != fi.Recv|fi.Msg {
 					t.Fatalf("step %d: ReadErr = %+v, want context %d, EIO, prov_errno %d", i, e, id, -id)
 				}
 			}
@@ -267,9 +267,9 @@ func TestReadErrData(t *testing.T) {
 	})
 
 	t.Run("truncation error with olen", func(t *testing.T) {
-		q := mustOpen(t, Attr{Format: FORMAT_TAGGED})
+		q := mustOpen(t, Attr{Format: FormatTagged})
 		p := mustBind(t, q, BindAttr{})
-		c := Completion{Entry: Entry{OpContext: &ctx{1}, Flags: fi.RECV | fi.TAGGED, Len: 64, Tag: 5}, Err: fi.ETRUNC, OLen: 36, ProvErrno: -int(fi.ETRUNC)}
+		c := Completion{Entry: Entry{OpContext: &ctx{1}, Flags: fi.Recv | fi.Tagged, Len: 64, Tag: 5}, Err: fi.ETRUNC, OLen: 36, ProvErrno: -int(fi.ETRUNC)}
 		mustPush(t, p, c)
 		var e ErrEntry
 		if err := q.ReadErr(&e); err != nil {
@@ -304,19 +304,19 @@ func TestReadFromSource(t *testing.T) {
 	}{
 		{"no FI_SOURCE: known sender", 0, Completion{Src: known}, fi.AddrNotAvail, false, netip.AddrPort{}},
 		{"no FI_SOURCE: unknown sender", 0, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender4)}, fi.AddrNotAvail, false, netip.AddrPort{}},
-		{"FI_SOURCE: known sender", fi.SOURCE, Completion{Src: known}, known, false, netip.AddrPort{}},
-		{"FI_SOURCE: user ID chosen by the producer", fi.SOURCE, Completion{Src: 0xabcdef}, 0xabcdef, false, netip.AddrPort{}},
-		{"FI_SOURCE: unknown sender", fi.SOURCE, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender4)}, fi.AddrNotAvail, false, netip.AddrPort{}},
-		{"FI_SOURCE_ERR: known sender", fi.SOURCE | fi.SOURCE_ERR, Completion{Src: known}, known, false, netip.AddrPort{}},
-		{"FI_SOURCE_ERR: unknown IPv4 sender", fi.SOURCE | fi.SOURCE_ERR, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender4)}, fi.AddrNotAvail, true, sender4},
-		{"FI_SOURCE_ERR: unknown IPv6 sender", fi.SOURCE | fi.SOURCE_ERR, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender6)}, fi.AddrNotAvail, true, sender6},
+		{"FI_SOURCE: known sender", fi.Source, Completion{Src: known}, known, false, netip.AddrPort{}},
+		{"FI_SOURCE: user ID chosen by the producer", fi.Source, Completion{Src: 0xabcdef}, 0xabcdef, false, netip.AddrPort{}},
+		{"FI_SOURCE: unknown sender", fi.Source, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender4)}, fi.AddrNotAvail, false, netip.AddrPort{}},
+		{"FI_SOURCE_ERR: known sender", fi.Source | fi.SourceErr, Completion{Src: known}, known, false, netip.AddrPort{}},
+		{"FI_SOURCE_ERR: unknown IPv4 sender", fi.Source | fi.SourceErr, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender4)}, fi.AddrNotAvail, true, sender4},
+		{"FI_SOURCE_ERR: unknown IPv6 sender", fi.Source | fi.SourceErr, Completion{SrcUnknown: true, SrcRaw: encodeSockaddr(sender6)}, fi.AddrNotAvail, true, sender6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q := mustOpen(t, Attr{Format: FORMAT_DATA})
+			q := mustOpen(t, Attr{Format: FormatData})
 			p := mustBind(t, q, BindAttr{Caps: tt.caps})
 			c := tt.c
-			c.Entry = Entry{OpContext: &ctx{1}, Flags: fi.RECV | fi.MSG | fi.REMOTE_CQ_DATA, Len: 11, Data: 77}
+			c.Entry = Entry{OpContext: &ctx{1}, Flags: fi.Recv | fi.Msg | fi.RemoteCQData, Len: 11, Data: 77}
 			mustPush(t, p, c)
 			buf := make([]Entry, 2)
 			src := []fi.Addr{123, 456}
@@ -340,7 +340,7 @@ func TestReadFromSource(t *testing.T) {
 			}
 			// The data was received: every field of the completion is there.
 			if e.Err != fi.EADDRNOTAVAIL || ctxID(e.OpContext) != 1 || e.Len != 11 || e.Data != 77 ||
-				e.Flags != fi.RECV|fi.MSG|fi.REMOTE_CQ_DATA || e.SrcAddr != fi.AddrNotAvail {
+				e.Flags != fi.Recv|fi.Msg|fi.RemoteCQData || e.SrcAddr != fi.AddrNotAvail {
 				t.Fatalf("ReadErr = %+v", e)
 			}
 			ap, err := fi.DecodeSockaddr(e.ErrData)
@@ -355,7 +355,7 @@ func TestReadFromSource(t *testing.T) {
 
 	t.Run("src shorter than buf", func(t *testing.T) {
 		q := mustOpen(t, Attr{})
-		p := mustBind(t, q, BindAttr{Caps: fi.SOURCE})
+		p := mustBind(t, q, BindAttr{Caps: fi.Source})
 		mustPush(t, p, Completion{Src: 1})
 		_, err := q.ReadFrom(make([]Entry, 2), make([]fi.Addr, 1))
 		wantErr(t, "ReadFrom", err, fi.EINVAL)
@@ -368,7 +368,7 @@ func TestReadFromSource(t *testing.T) {
 
 	t.Run("error completion keeps its source", func(t *testing.T) {
 		q := mustOpen(t, Attr{})
-		p := mustBind(t, q, BindAttr{Caps: fi.SOURCE})
+		p := mustBind(t, q, BindAttr{Caps: fi.Source})
 		mustPush(t, p, Completion{Src: known, Err: fi.ETRUNC, OLen: 1})
 		var e ErrEntry
 		if err := q.ReadErr(&e); err != nil || e.SrcAddr != known {
@@ -380,17 +380,17 @@ func TestReadFromSource(t *testing.T) {
 // SEMANTICS.md item 27: a cancelled receive is an ECANCELED error with
 // flags RECV|MSG, len 0 and the original context.
 func TestCanceledReceive(t *testing.T) {
-	q := mustOpen(t, Attr{Format: FORMAT_MSG})
+	q := mustOpen(t, Attr{Format: FormatMsg})
 	p := mustBind(t, q, BindAttr{})
 	orig := &ctx{99}
-	mustPush(t, p, Completion{Entry: Entry{OpContext: orig, Flags: fi.RECV | fi.MSG}, Err: fi.ECANCELED, ProvErrno: -int(fi.ECANCELED)})
+	mustPush(t, p, Completion{Entry: Entry{OpContext: orig, Flags: fi.Recv | fi.Msg}, Err: fi.ECANCELED, ProvErrno: -int(fi.ECANCELED)})
 	_, err := q.Read(make([]Entry, 1))
 	wantErr(t, "Read", err, fi.EAVAIL)
 	var e ErrEntry
 	if err := q.ReadErr(&e); err != nil {
 		t.Fatal(err)
 	}
-	if e.Err != fi.ECANCELED || e.Flags != fi.RECV|fi.MSG || e.Len != 0 || e.OpContext != any(orig) {
+	if e.Err != fi.ECANCELED || e.Flags != fi.Recv|fi.Msg || e.Len != 0 || e.OpContext != any(orig) {
 		t.Fatalf("ReadErr = %+v", e)
 	}
 }
@@ -421,10 +421,10 @@ func TestStrError(t *testing.T) {
 // The read path allocates nothing: not per entry, not per call, not on
 // EAGAIN.
 func TestReadDoesNotAllocate(t *testing.T) {
-	for _, f := range []Format{FORMAT_CONTEXT, FORMAT_MSG, FORMAT_DATA, FORMAT_TAGGED} {
-		q := mustOpen(t, Attr{Format: f, Size: 256, WaitObj: WAIT_FD})
-		p := mustBind(t, q, BindAttr{Caps: fi.SOURCE})
-		c := Completion{Entry: Entry{OpContext: &ctx{1}, Flags: fi.RECV | fi.MSG, Len: 8}, Src: 3}
+	for _, f := range []Format{FormatContext, FormatMsg, FormatData, FormatTagged} {
+		q := mustOpen(t, Attr{Format: f, Size: 256, WaitObj: WaitFD})
+		p := mustBind(t, q, BindAttr{Caps: fi.Source})
+		c := Completion{Entry: Entry{OpContext: &ctx{1}, Flags: fi.Recv | fi.Msg, Len: 8}, Src: 3}
 		buf := make([]Entry, 64)
 		src := make([]fi.Addr, 64)
 		allocs := testing.AllocsPerRun(100, func() {

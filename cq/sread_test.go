@@ -12,10 +12,10 @@ import (
 )
 
 // The wait objects SRead can block on.
-var blockingWaits = []WaitObj{WAIT_UNSPEC, WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND, WAIT_YIELD}
+var blockingWaits = []WaitObj{WaitUnspec, WaitFD, WaitPollFD, WaitMutexCond, WaitYield}
 
 // waitAsleep waits until some SRead on q is registered as a sleeper (or, for
-// WAIT_YIELD, which has no sleepers, lets the reader spin a little).
+// WaitYield, which has no sleepers, lets the reader spin a little).
 func waitAsleep(q *CQ) {
 	if q.w == nil {
 		for range 100 {
@@ -32,7 +32,7 @@ func waitAsleep(q *CQ) {
 func TestSRead(t *testing.T) {
 	for _, w := range blockingWaits {
 		t.Run(w.String(), func(t *testing.T) {
-			q := mustOpen(t, Attr{WaitObj: w, Format: FORMAT_MSG})
+			q := mustOpen(t, Attr{WaitObj: w, Format: FormatMsg})
 			p := mustBind(t, q, BindAttr{})
 			buf := make([]Entry, 4)
 
@@ -76,11 +76,11 @@ func TestSRead(t *testing.T) {
 		})
 	}
 
-	for _, w := range []WaitObj{WAIT_NONE, WAIT_SET} {
+	for _, w := range []WaitObj{WaitNone, WaitSetObj} {
 		t.Run("invalid under "+w.String(), func(t *testing.T) {
 			attr := Attr{WaitObj: w}
-			if w == WAIT_SET {
-				s, err := OpenWaitSet(WAIT_UNSPEC)
+			if w == WaitSetObj {
+				s, err := OpenWaitSet(WaitUnspec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -170,7 +170,7 @@ func TestFabtestsCQSignal(t *testing.T) {
 func TestThreshold(t *testing.T) {
 	for _, w := range blockingWaits {
 		t.Run(w.String(), func(t *testing.T) {
-			q := mustOpen(t, Attr{WaitObj: w, WaitCond: COND_THRESHOLD, Threshold: 4})
+			q := mustOpen(t, Attr{WaitObj: w, WaitCond: CondThreshold, Threshold: 4})
 			p := mustBind(t, q, BindAttr{})
 			buf := make([]Entry, 8)
 
@@ -224,7 +224,7 @@ func TestThreshold(t *testing.T) {
 		})
 	}
 	t.Run("threshold above capacity is clamped", func(t *testing.T) {
-		q := mustOpen(t, Attr{Size: 2, WaitObj: WAIT_MUTEX_COND, WaitCond: COND_THRESHOLD, Threshold: 100})
+		q := mustOpen(t, Attr{Size: 2, WaitObj: WaitMutexCond, WaitCond: CondThreshold, Threshold: 100})
 		p := mustBind(t, q, BindAttr{})
 		mustPush(t, p, Completion{})
 		mustPush(t, p, Completion{})
@@ -237,34 +237,34 @@ func TestThreshold(t *testing.T) {
 // fi_control(FI_GETWAIT) and SEMANTICS.md item 29.
 func TestControlGetWait(t *testing.T) {
 	t.Run("no wait object", func(t *testing.T) {
-		for _, w := range []WaitObj{WAIT_NONE, WAIT_YIELD} {
+		for _, w := range []WaitObj{WaitNone, WaitYield} {
 			q := mustOpen(t, Attr{WaitObj: w})
 			var fd int
-			wantErr(t, "GETWAIT on "+w.String(), q.Control(GETWAIT, &fd), fi.ENODATA)
+			wantErr(t, "GETWAIT on "+w.String(), q.Control(GetWait, &fd), fi.ENODATA)
 		}
 	})
 	t.Run("bad arguments", func(t *testing.T) {
-		q := mustOpen(t, Attr{WaitObj: WAIT_FD})
+		q := mustOpen(t, Attr{WaitObj: WaitFD})
 		var mc MutexCond
-		wantErr(t, "GETWAIT with *MutexCond on FD", q.Control(GETWAIT, &mc), fi.EINVAL)
-		wantErr(t, "GETWAIT with nil", q.Control(GETWAIT, nil), fi.EINVAL)
+		wantErr(t, "GETWAIT with *MutexCond on FD", q.Control(GetWait, &mc), fi.EINVAL)
+		wantErr(t, "GETWAIT with nil", q.Control(GetWait, nil), fi.EINVAL)
 		wantErr(t, "unknown command", q.Control(4, nil), fi.ENOSYS)
-		wantErr(t, "GETWAITOBJ with *int", q.Control(GETWAITOBJ, new(int)), fi.EINVAL)
+		wantErr(t, "GETWAITOBJ with *int", q.Control(GetWaitObj, new(int)), fi.EINVAL)
 	})
 	t.Run("GETWAITOBJ", func(t *testing.T) {
-		for _, w := range []WaitObj{WAIT_NONE, WAIT_FD, WAIT_YIELD} {
+		for _, w := range []WaitObj{WaitNone, WaitFD, WaitYield} {
 			q := mustOpen(t, Attr{WaitObj: w})
 			var got WaitObj = -1
-			if err := q.Control(GETWAITOBJ, &got); err != nil || got != w {
+			if err := q.Control(GetWaitObj, &got); err != nil || got != w {
 				t.Errorf("GETWAITOBJ = %s, %v; want %s", got, err, w)
 			}
 		}
 	})
 	t.Run("FD in poll", func(t *testing.T) {
-		q := mustOpen(t, Attr{WaitObj: WAIT_FD})
+		q := mustOpen(t, Attr{WaitObj: WaitFD})
 		p := mustBind(t, q, BindAttr{})
 		var fd int
-		if err := q.Control(GETWAIT, &fd); err != nil {
+		if err := q.Control(GetWait, &fd); err != nil {
 			t.Fatal(err)
 		}
 		if err := q.TryWait(); err != nil {
@@ -302,10 +302,10 @@ func TestControlGetWait(t *testing.T) {
 		wantErr(t, "TryWait with an entry queued", q.TryWait(), fi.EAGAIN)
 	})
 	t.Run("FD in epoll", func(t *testing.T) {
-		q := mustOpen(t, Attr{WaitObj: WAIT_FD})
+		q := mustOpen(t, Attr{WaitObj: WaitFD})
 		p := mustBind(t, q, BindAttr{})
 		var fd int
-		if err := q.Control(GETWAIT, &fd); err != nil {
+		if err := q.Control(GetWait, &fd); err != nil {
 			t.Fatal(err)
 		}
 		ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -349,10 +349,10 @@ func TestControlGetWait(t *testing.T) {
 		}
 	})
 	t.Run("POLLFD", func(t *testing.T) {
-		q := mustOpen(t, Attr{WaitObj: WAIT_POLLFD})
+		q := mustOpen(t, Attr{WaitObj: WaitPollFD})
 		p := mustBind(t, q, BindAttr{})
 		var fds []unix.PollFd
-		if err := q.Control(GETWAIT, &fds); err != nil || len(fds) != 1 {
+		if err := q.Control(GetWait, &fds); err != nil || len(fds) != 1 {
 			t.Fatalf("GETWAIT = %v, %v", fds, err)
 		}
 		if err := q.TryWait(); err != nil {
@@ -364,10 +364,10 @@ func TestControlGetWait(t *testing.T) {
 		}
 	})
 	t.Run("MUTEX_COND", func(t *testing.T) {
-		q := mustOpen(t, Attr{WaitObj: WAIT_MUTEX_COND})
+		q := mustOpen(t, Attr{WaitObj: WaitMutexCond})
 		p := mustBind(t, q, BindAttr{})
 		var mc MutexCond
-		if err := q.Control(GETWAIT, &mc); err != nil || mc.Mutex == nil || mc.Cond == nil {
+		if err := q.Control(GetWait, &mc); err != nil || mc.Mutex == nil || mc.Cond == nil {
 			t.Fatalf("GETWAIT = %+v, %v", mc, err)
 		}
 		mc.Mutex.Lock()
@@ -392,19 +392,19 @@ func TestControlGetWait(t *testing.T) {
 	})
 }
 
-// WAIT_SET: a WaitSet wakes for any member; SRead is invalid on members.
+// WaitSetObj: a WaitSet wakes for any member; SRead is invalid on members.
 func TestWaitSet(t *testing.T) {
-	for _, obj := range []WaitObj{WAIT_UNSPEC, WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND, WAIT_YIELD} {
+	for _, obj := range []WaitObj{WaitUnspec, WaitFD, WaitPollFD, WaitMutexCond, WaitYield} {
 		t.Run(obj.String(), func(t *testing.T) {
 			s, err := OpenWaitSet(obj)
 			if err != nil {
 				t.Fatal(err)
 			}
-			q1, err := Open(Attr{WaitObj: WAIT_SET, WaitSet: s})
+			q1, err := Open(Attr{WaitObj: WaitSetObj, WaitSet: s})
 			if err != nil {
 				t.Fatal(err)
 			}
-			q2, err := Open(Attr{WaitObj: WAIT_SET, WaitSet: s, WaitCond: COND_THRESHOLD, Threshold: 2})
+			q2, err := Open(Attr{WaitObj: WaitSetObj, WaitSet: s, WaitCond: CondThreshold, Threshold: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -447,11 +447,11 @@ func TestWaitSet(t *testing.T) {
 			q1.Read(make([]Entry, 1))
 
 			var got WaitObj
-			if err := q1.Control(GETWAITOBJ, &got); err != nil || got != WAIT_SET {
+			if err := q1.Control(GetWaitObj, &got); err != nil || got != WaitSetObj {
 				t.Fatalf("GETWAITOBJ = %s, %v", got, err)
 			}
-			if err := s.Control(GETWAITOBJ, &got); err != nil || got != s.WaitObj() {
-				t.Fatalf("set GETWAITOBJ = %s, %v", got, err)
+			if err := s.Control(GetWaitObj, &got); err != nil || got != s.WaitObj() {
+				t.Fatalf("set GetWaitObj = %s, %v", got, err)
 			}
 
 			wantErr(t, "closing a set with members", s.Close(), fi.EBUSY)
@@ -467,19 +467,19 @@ func TestWaitSet(t *testing.T) {
 		})
 	}
 	t.Run("FD in epoll", func(t *testing.T) {
-		s, err := OpenWaitSet(WAIT_FD)
+		s, err := OpenWaitSet(WaitFD)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		q := mustOpen(t, Attr{WaitObj: WAIT_SET, WaitSet: s})
+		q := mustOpen(t, Attr{WaitObj: WaitSetObj, WaitSet: s})
 		p := mustBind(t, q, BindAttr{})
 		var fd, fd2 int
-		if err := s.Control(GETWAIT, &fd); err != nil {
+		if err := s.Control(GetWait, &fd); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Control(GETWAIT, &fd2); err != nil || fd2 != fd {
-			t.Fatalf("member GETWAIT = %d, %v; want the set's fd %d", fd2, err, fd)
+		if err := q.Control(GetWait, &fd2); err != nil || fd2 != fd {
+			t.Fatalf("member GetWait = %d, %v; want the set's fd %d", fd2, err, fd)
 		}
 		if err := s.TryWait(); err != nil {
 			t.Fatal(err)
@@ -490,14 +490,14 @@ func TestWaitSet(t *testing.T) {
 		}
 	})
 	t.Run("bad wait objects", func(t *testing.T) {
-		for _, obj := range []WaitObj{WAIT_NONE, WAIT_SET, 9} {
+		for _, obj := range []WaitObj{WaitNone, WaitSetObj, 9} {
 			if _, err := OpenWaitSet(obj); !errors.Is(err, fi.EINVAL) {
 				t.Errorf("OpenWaitSet(%s) = %v, want EINVAL", obj, err)
 			}
 		}
-		s, _ := OpenWaitSet(WAIT_YIELD)
+		s, _ := OpenWaitSet(WaitYield)
 		var fd int
-		wantErr(t, "GETWAIT on a YIELD set", s.Control(GETWAIT, &fd), fi.ENODATA)
+		wantErr(t, "GETWAIT on a YIELD set", s.Control(GetWait, &fd), fi.ENODATA)
 		s.Close()
 	})
 }
@@ -506,7 +506,7 @@ func TestWaitSet(t *testing.T) {
 // read; automatic progress is a goroutine feeding the CQ.
 func TestProgress(t *testing.T) {
 	t.Run("manual: Read polls the endpoint", func(t *testing.T) {
-		q := mustOpen(t, Attr{Format: FORMAT_MSG})
+		q := mustOpen(t, Attr{Format: FormatMsg})
 		var p *Producer
 		var calls int
 		p = mustBind(t, q, BindAttr{Progress: func() {
@@ -514,7 +514,7 @@ func TestProgress(t *testing.T) {
 			// The endpoint moves what its ring holds into the CQ.
 			n, _ := p.Reserve(2)
 			for i := range n {
-				p.Write(&Completion{Entry: Entry{OpContext: &ctx{calls*10 + i}, Flags: fi.RECV | fi.MSG}})
+				p.Write(&Completion{Entry: Entry{OpContext: &ctx{calls*10 + i}, Flags: fi.Recv | fi.Msg}})
 			}
 			p.Commit()
 		}})
@@ -550,7 +550,7 @@ func TestProgress(t *testing.T) {
 		})
 	}
 	t.Run("automatic: a goroutine feeds blocked readers", func(t *testing.T) {
-		q := mustOpen(t, Attr{WaitObj: WAIT_FD, Size: 16})
+		q := mustOpen(t, Attr{WaitObj: WaitFD, Size: 16})
 		p := mustBind(t, q, BindAttr{})
 		const total = 10000
 		go func() {

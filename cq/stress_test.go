@@ -89,16 +89,16 @@ func TestConcurrentNoLossNoDup(t *testing.T) {
 		entries              int
 		timeout              time.Duration // for SRead
 	}{
-		{"MPMC MUTEX_COND", Attr{Size: 1024, WaitObj: WAIT_MUTEX_COND}, 3, 3, stressEntries(10_000_000), 0},
-		{"MPMC FD", Attr{Size: 256, WaitObj: WAIT_FD}, 2, 3, stressEntries(1_000_000), 0},
-		{"MPMC YIELD", Attr{Size: 64, WaitObj: WAIT_YIELD}, 2, 2, stressEntries(1_000_000), 0},
-		{"MPMC FD threshold", Attr{Size: 512, WaitObj: WAIT_FD, WaitCond: COND_THRESHOLD, Threshold: 48}, 2, 2, stressEntries(1_000_000), time.Millisecond},
-		{"SPSC lock-free FD", Attr{Size: 1024, WaitObj: WAIT_FD, SingleProducer: true, SingleConsumer: true}, 1, 1, stressEntries(10_000_000), 0},
-		{"SPSC lock-free MUTEX_COND", Attr{Size: 64, WaitObj: WAIT_MUTEX_COND, SingleProducer: true, SingleConsumer: true}, 1, 1, stressEntries(1_000_000), 0},
+		{"MPMC MUTEX_COND", Attr{Size: 1024, WaitObj: WaitMutexCond}, 3, 3, stressEntries(10_000_000), 0},
+		{"MPMC FD", Attr{Size: 256, WaitObj: WaitFD}, 2, 3, stressEntries(1_000_000), 0},
+		{"MPMC YIELD", Attr{Size: 64, WaitObj: WaitYield}, 2, 2, stressEntries(1_000_000), 0},
+		{"MPMC FD threshold", Attr{Size: 512, WaitObj: WaitFD, WaitCond: CondThreshold, Threshold: 48}, 2, 2, stressEntries(1_000_000), time.Millisecond},
+		{"SPSC lock-free FD", Attr{Size: 1024, WaitObj: WaitFD, SingleProducer: true, SingleConsumer: true}, 1, 1, stressEntries(10_000_000), 0},
+		{"SPSC lock-free MUTEX_COND", Attr{Size: 64, WaitObj: WaitMutexCond, SingleProducer: true, SingleConsumer: true}, 1, 1, stressEntries(1_000_000), 0},
 	}
 	for _, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {
-			cfg.attr.Format = FORMAT_TAGGED
+			cfg.attr.Format = FormatTagged
 			q := mustOpen(t, cfg.attr)
 			per := cfg.entries / cfg.producers
 			total := per * cfg.producers
@@ -119,7 +119,7 @@ func TestConcurrentNoLossNoDup(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(pi), 1))
 					var c Completion
 					for seq := 0; seq < per; {
-						c = Completion{Entry: Entry{Flags: fi.RECV | fi.TAGGED, Data: entryID(pi, seq), Tag: uint64(seq)}}
+						c = Completion{Entry: Entry{Flags: fi.Recv | fi.Tagged, Data: entryID(pi, seq), Tag: uint64(seq)}}
 						if rng.IntN(1000) == 0 {
 							c.Err = fi.ECANCELED
 						}
@@ -242,7 +242,7 @@ func TestConcurrentOverrunAccounting(t *testing.T) {
 	const producers = 3
 	const filler = ^uint64(0)
 	per := stressEntries(1_000_000) / producers
-	q := mustOpen(t, Attr{Size: 128, WaitObj: WAIT_MUTEX_COND, Format: FORMAT_DATA})
+	q := mustOpen(t, Attr{Size: 128, WaitObj: WaitMutexCond, Format: FormatData})
 	tr := newTracker(producers, per)
 	var attempted, pushed atomic.Int64
 	var wg sync.WaitGroup
@@ -330,7 +330,7 @@ func TestSignalRacesSRead(t *testing.T) {
 		t.Run(w.String(), func(t *testing.T) {
 			// Room for every entry: Push has no back-pressure, and slow
 			// consumers (a loaded machine) must not overrun the CQ.
-			q := mustOpen(t, Attr{WaitObj: w, Format: FORMAT_DATA, Size: 8192})
+			q := mustOpen(t, Attr{WaitObj: w, Format: FormatData, Size: 8192})
 			eagain := make(chan struct{}, 16)
 			var consWG sync.WaitGroup
 			var got atomic.Int64

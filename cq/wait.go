@@ -11,7 +11,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// MutexCond is the WAIT_MUTEX_COND wait object that Control(GETWAIT)
+// MutexCond is the WaitMutexCond wait object that Control(GetWait)
 // returns (struct fi_mutex_cond). Producers broadcast on Cond, holding
 // Mutex, when a waiter armed the CQ with TryWait. To wait on it:
 //
@@ -31,8 +31,8 @@ type MutexCond struct {
 
 var eventOne = [8]byte{1} // an eventfd increment of 1 (host byte order, little-endian)
 
-// waiter is the wait object behind a CQ or a WaitSet (WAIT_FD, WAIT_POLLFD
-// or WAIT_MUTEX_COND; WAIT_YIELD and WAIT_NONE have none).
+// waiter is the wait object behind a CQ or a WaitSet (WaitFD, WaitPollFD
+// or WaitMutexCond; WaitYield and WaitNone have none).
 //
 // Producers wake it only when someone waits, so a completion costs no system
 // call or lock unless a reader sleeps: a sleeper increments sleepers, then
@@ -46,7 +46,7 @@ var eventOne = [8]byte{1} // an eventfd increment of 1 (host byte order, little-
 // variable whatever the wait object: the runtime hands the woken goroutine
 // straight to a P, while a thread blocked in poll(2) must be woken by the
 // kernel and then find a P, which measured 10-100x slower here (see
-// BenchmarkWakeup). The eventfd of WAIT_FD and WAIT_POLLFD is written for
+// BenchmarkWakeup). The eventfd of WaitFD and WaitPollFD is written for
 // external waiters only, once per wake-up, never per entry.
 type waiter struct {
 	kind     WaitObj
@@ -60,7 +60,7 @@ type waiter struct {
 	gen    atomic.Uint64
 	timers sync.Pool // *time.Timer that broadcast cond, for timed waits
 
-	// WAIT_FD and WAIT_POLLFD.
+	// WaitFD and WaitPollFD.
 	fdMu sync.Mutex // orders eventfd writes and drains with close
 	efd  int
 }
@@ -74,13 +74,13 @@ func newWaiter(kind WaitObj) (*waiter, error) {
 		return t
 	}
 	switch kind {
-	case WAIT_FD, WAIT_POLLFD:
+	case WaitFD, WaitPollFD:
 		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 		if err != nil {
 			return nil, fmt.Errorf("eventfd: %w", err)
 		}
 		w.efd = efd
-	case WAIT_MUTEX_COND:
+	case WaitMutexCond:
 	default:
 		panic("cq: no waiter for " + kind.String())
 	}
@@ -88,7 +88,7 @@ func newWaiter(kind WaitObj) (*waiter, error) {
 }
 
 // hasFD reports whether the wait object is an eventfd.
-func (w *waiter) hasFD() bool { return w.kind == WAIT_FD || w.kind == WAIT_POLLFD }
+func (w *waiter) hasFD() bool { return w.kind == WaitFD || w.kind == WaitPollFD }
 
 // wanted reports whether a producer must wake the waiter.
 func (w *waiter) wanted() bool {
@@ -105,7 +105,7 @@ func (w *waiter) wake() {
 		}
 		w.fdMu.Unlock()
 	}
-	if w.sleepers.Load() != 0 || (external && w.kind == WAIT_MUTEX_COND) {
+	if w.sleepers.Load() != 0 || (external && w.kind == WaitMutexCond) {
 		w.mu.Lock()
 		w.gen.Add(1)
 		w.cond.Broadcast()
@@ -186,19 +186,19 @@ func (w *waiter) close() {
 // getWait stores the wait object in arg (FI_GETWAIT).
 func (w *waiter) getWait(arg any) error {
 	switch w.kind {
-	case WAIT_FD:
+	case WaitFD:
 		if p, ok := arg.(*int); ok && p != nil {
 			*p = w.efd
 			return nil
 		}
 		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *int: %w", w.kind, arg, fi.EINVAL)
-	case WAIT_POLLFD:
+	case WaitPollFD:
 		if p, ok := arg.(*[]unix.PollFd); ok && p != nil {
 			*p = []unix.PollFd{{Fd: int32(w.efd), Events: unix.POLLIN}}
 			return nil
 		}
 		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *[]unix.PollFd: %w", w.kind, arg, fi.EINVAL)
-	case WAIT_MUTEX_COND:
+	case WaitMutexCond:
 		if p, ok := arg.(*MutexCond); ok && p != nil {
 			*p = MutexCond{Mutex: &w.mu, Cond: &w.cond}
 			return nil

@@ -12,30 +12,30 @@ import (
 )
 
 // WaitSet lets one goroutine wait on several CQs (fi_wait_open and fi_wait,
-// for CQs opened with WAIT_SET). It is deliberately small: members are CQs
+// for CQs opened with WaitSetObj). It is deliberately small: members are CQs
 // only, and Wait reports that some member is ready, not which one.
 type WaitSet struct {
 	obj      WaitObj
-	w        *waiter // nil for WAIT_YIELD
+	w        *waiter // nil for WaitYield
 	mu       sync.Mutex
 	members  atomic.Pointer[[]*CQ]
 	closed   atomic.Bool
 	signaled atomic.Bool
 }
 
-// OpenWaitSet creates a wait set whose own wait object is obj: WAIT_FD,
-// WAIT_POLLFD, WAIT_MUTEX_COND, WAIT_YIELD, or WAIT_UNSPEC (which picks
-// WAIT_MUTEX_COND). Other values fail with fi.EINVAL.
+// OpenWaitSet creates a wait set whose own wait object is obj: WaitFD,
+// WaitPollFD, WaitMutexCond, WaitYield, or WaitUnspec (which picks
+// WaitMutexCond). Other values fail with fi.EINVAL.
 func OpenWaitSet(obj WaitObj) (*WaitSet, error) {
 	s := &WaitSet{obj: obj}
 	switch obj {
-	case WAIT_UNSPEC:
-		s.obj = WAIT_MUTEX_COND
-	case WAIT_FD, WAIT_POLLFD, WAIT_MUTEX_COND, WAIT_YIELD:
+	case WaitUnspec:
+		s.obj = WaitMutexCond
+	case WaitFD, WaitPollFD, WaitMutexCond, WaitYield:
 	default:
 		return nil, fmt.Errorf("wait set open: %s: %w", obj, fi.EINVAL)
 	}
-	if s.obj != WAIT_YIELD {
+	if s.obj != WaitYield {
 		w, err := newWaiter(s.obj)
 		if err != nil {
 			return nil, fmt.Errorf("wait set open: %w", err)
@@ -113,18 +113,18 @@ func (s *WaitSet) TryWait() error {
 	return nil
 }
 
-// Control performs GETWAIT or GETWAITOBJ on the set, as CQ.Control does.
+// Control performs GetWait or GetWaitObj on the set, as CQ.Control does.
 func (s *WaitSet) Control(cmd Command, arg any) error {
 	if s.closed.Load() {
 		return fmt.Errorf("wait set control: closed: %w", fi.EBADF)
 	}
 	switch cmd {
-	case GETWAIT:
+	case GetWait:
 		if err := s.getWait(arg); err != nil {
 			return fmt.Errorf("wait set control: %w", err)
 		}
 		return nil
-	case GETWAITOBJ:
+	case GetWaitObj:
 		p, ok := arg.(*WaitObj)
 		if !ok || p == nil {
 			return fmt.Errorf("wait set control: FI_GETWAITOBJ: arg is %T, want *cq.WaitObj: %w", arg, fi.EINVAL)

@@ -36,8 +36,8 @@ type Attr struct {
 	// receive context unless RxCQs gives one per context).
 	TxCQ, RxCQ *cq.CQ
 	RxCQs      []*cq.CQ
-	// Caps: fi.MSG and fi.TAGGED (default both), fi.SOURCE, fi.SOURCE_ERR,
-	// fi.DIRECTED_RECV.
+	// Caps: fi.Msg and fi.Tagged (default both), fi.Source, fi.SourceErr,
+	// fi.DirectedRecv.
 	Caps fi.Flags
 	// DropUnknown makes the XDP program drop datagrams from sources not
 	// in the AV (counted in the dataplane counters) instead of delivering
@@ -48,8 +48,8 @@ type Attr struct {
 	// Queues is the number of rx queues to listen on, 0..Queues-1
 	// (default: all of the interface's rx queues).
 	Queues int
-	// OpFlags: fi.INJECT_COMPLETE reports sends once the data is copied
-	// into the socket's memory; the default, fi.TRANSMIT_COMPLETE, once
+	// OpFlags: fi.InjectComplete reports sends once the data is copied
+	// into the socket's memory; the default, fi.TransmitComplete, once
 	// the kernel has sent the frame.
 	OpFlags fi.Flags
 	// AuthKey, an auth-key handle of the AV, enables the endpoint with
@@ -72,7 +72,7 @@ type Attr struct {
 	Logger *slog.Logger
 }
 
-const epCaps = fi.MSG | fi.TAGGED | fi.SOURCE | fi.SOURCE_ERR | fi.DIRECTED_RECV | fi.SEND | fi.RECV
+const epCaps = fi.Msg | fi.Tagged | fi.Source | fi.SourceErr | fi.DirectedRecv | fi.Send | fi.Recv
 
 // validate checks attributes for Open and Adopt, which run a data path.
 func (a *Attr) validate() error {
@@ -97,15 +97,15 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: local address %v needs a port: %w", a.Local, fi.EINVAL)
 	case a.Caps&^epCaps != 0:
 		return fmt.Errorf("ep open: capabilities %v not supported: %w", a.Caps&^epCaps, fi.EINVAL)
-	case a.Caps&fi.SOURCE_ERR != 0 && a.Caps&fi.SOURCE == 0:
+	case a.Caps&fi.SourceErr != 0 && a.Caps&fi.Source == 0:
 		return fmt.Errorf("ep open: FI_SOURCE_ERR requires FI_SOURCE: %w", fi.EINVAL)
-	case a.Caps&fi.SOURCE_ERR != 0 && a.DropUnknown:
+	case a.Caps&fi.SourceErr != 0 && a.DropUnknown:
 		return fmt.Errorf("ep open: FI_SOURCE_ERR and DropUnknown conflict: %w", fi.EINVAL)
 	case a.RxContexts < 0 || a.RxContexts > 256:
 		return fmt.Errorf("ep open: %d receive contexts (1..256): %w", a.RxContexts, fi.EINVAL)
 	case a.Queues < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:
 		return fmt.Errorf("ep open: negative size: %w", fi.EINVAL)
-	case a.OpFlags&^(fi.INJECT_COMPLETE|fi.TRANSMIT_COMPLETE) != 0:
+	case a.OpFlags&^(fi.InjectComplete|fi.TransmitComplete) != 0:
 		return fmt.Errorf("ep open: op flags %v: %w", a.OpFlags, fi.EINVAL)
 	case a.Progress != ProgressManual && a.Progress != ProgressAuto:
 		return fmt.Errorf("ep open: progress mode %d: %w", a.Progress, fi.EINVAL)
@@ -120,8 +120,8 @@ func (a *Attr) validateKernel() error {
 }
 
 func (a *Attr) defaults() {
-	if a.Caps&(fi.MSG|fi.TAGGED) == 0 {
-		a.Caps |= fi.MSG | fi.TAGGED
+	if a.Caps&(fi.Msg|fi.Tagged) == 0 {
+		a.Caps |= fi.Msg | fi.Tagged
 	}
 	if a.RxContexts == 0 {
 		a.RxContexts = 1
@@ -136,7 +136,7 @@ func (a *Attr) defaults() {
 		a.MaxPosted = 1024
 	}
 	if a.OpFlags == 0 {
-		a.OpFlags = fi.TRANSMIT_COMPLETE
+		a.OpFlags = fi.TransmitComplete
 	}
 	if a.Logger == nil {
 		a.Logger = slog.Default()

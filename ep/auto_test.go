@@ -19,12 +19,12 @@ func TestAutoProgress(t *testing.T) {
 	toA := r.b.insert(t, r.a.local)
 	r.a.insert(t, r.b.local)
 	r.a.ep.Close() // replace A's endpoint with an automatic one
-	rx, err := cq.Open(cq.Attr{Size: 256, Format: cq.FORMAT_MSG, WaitObj: cq.WAIT_FD})
+	rx, err := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg, WaitObj: cq.WaitFD})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rx.Close() })
-	tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FORMAT_MSG, WaitObj: cq.WAIT_FD})
+	tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg, WaitObj: cq.WaitFD})
 	t.Cleanup(func() { tx.Close() })
 	a := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: r.a.local, AV: r.a.av, TxCQ: tx, RxCQ: rx,
 		Progress: ep.ProgressAuto, BindMode: dataplane.BindCopy})

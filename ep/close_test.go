@@ -62,8 +62,8 @@ func TestCloseReturnsFrames(t *testing.T) {
 	bAtA := r.a.insert(t, r.b.local)
 	for round := range 3 {
 		second := netip.AddrPortFrom(r.a.local.Addr(), port+1)
-		tx2, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
-		rx2, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+		tx2, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
+		rx2, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 		e2 := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: second, AV: r.a.av, TxCQ: tx2, RxCQ: rx2,
 			BindMode: dataplane.BindCopy, Frames: 256})
 		toA2 := r.b.insert(t, second)
@@ -114,8 +114,8 @@ func TestPrepareAdopt(t *testing.T) {
 	r.a.ep.Close()
 	p := prepare()
 	info, fds := p.Handover()
-	tx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
-	rx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+	tx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
+	rx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	defer tx.Close()
 	defer rx.Close()
 	var e *ep.Endpoint

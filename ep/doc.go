@@ -9,7 +9,7 @@
 // socket per (receive context, rx queue) over a shared UMEM, puts them in
 // the XDP program's XSKMAP and registers the endpoint in its endpoint table,
 // so datagrams to the address and port are redirected to it. The XDP
-// program must be attached to the interface (loader.Dataplane.Attach).
+// program must be attached to the interface (loader.Objects.Attach).
 //
 // Operations follow fi_msg(3) and fi_tagged(3): Send, SendData, Inject,
 // TSend, TSendData, TInject, Recv, RecvMsg (FI_MULTI_RECV), TRecv, Cancel.

@@ -21,7 +21,7 @@ import (
 // Endpoint is an open datagram endpoint. Its methods are safe for
 // concurrent use.
 type Endpoint struct {
-	dp        *loader.Dataplane
+	dp        *loader.Objects
 	av        *av.AV
 	attr      Attr
 	id        uint32
@@ -52,7 +52,7 @@ type Endpoint struct {
 
 // Open opens an endpoint. Call it from a goroutine whose thread is in the
 // network namespace of attr.Ifname.
-func Open(dp *loader.Dataplane, attr Attr) (_ *Endpoint, err error) {
+func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
 	if err := attr.validate(); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (u undoList) run() {
 // path: the checks, the interface, the AV binding, the device and the
 // receive sockets. private gives the endpoint a device of its own with a
 // memfd-backed UMEM, for handing over to another process (Prepare).
-func setup(dp *loader.Dataplane, attr Attr, private bool) (e *Endpoint, _ undoList, err error) {
+func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList, err error) {
 	// A local list: error returns set the result to nil, and the deferred
 	// undo must still see what was done.
 	var undo undoList
@@ -230,7 +230,7 @@ func (e *Endpoint) bindCQs() error {
 		return fmt.Errorf("ep open: bind transmit CQ: %w", err)
 	}
 	e.txcq = p
-	caps := e.attr.Caps & (fi.SOURCE | fi.SOURCE_ERR)
+	caps := e.attr.Caps & (fi.Source | fi.SourceErr)
 	for i, rc := range e.rx {
 		if rc.cq, err = e.attr.RxCQs[i].Bind(cq.BindAttr{Caps: caps, Progress: progress}); err != nil {
 			e.unbindCQs()
@@ -298,7 +298,7 @@ func (e *Endpoint) register() error {
 	e.key = bpf.EPKey{Local: bpf.MakeAddr(e.attr.Local)} // 0.0.0.0 and :: are the all-zero wildcard
 	policy := bpf.PolicyNotAvail
 	switch {
-	case e.attr.Caps&fi.SOURCE_ERR != 0:
+	case e.attr.Caps&fi.SourceErr != 0:
 		policy = bpf.PolicySourceErr
 	case e.attr.DropUnknown:
 		policy = bpf.PolicyDrop

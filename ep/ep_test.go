@@ -41,7 +41,7 @@ func TestPingPongUserID(t *testing.T) {
 	if testing.Short() {
 		n = 1000
 	}
-	pingPong(t, rigOpts{avAttr: av.Attr{Flags: fi.AV_USER_ID}}, n, true)
+	pingPong(t, rigOpts{avAttr: av.Attr{Flags: fi.AVUserID}}, n, true)
 }
 
 func pingPong(t *testing.T, o rigOpts, n int, userIDs bool) {
@@ -95,11 +95,11 @@ func pingPong(t *testing.T, o rigOpts, n int, userIDs bool) {
 		}
 		send(t, r.a, func() error { return r.a.ep.Send(msg, bAtA, i) })
 		e, _, ee := read(t, r.a.tx)
-		if ee != nil || e.OpContext != i || e.Flags != fi.SEND|fi.MSG {
+		if ee != nil || e.OpContext != i || e.Flags != fi.Send|fi.Msg {
 			t.Fatalf("A send completion %d: %+v %+v", i, e, ee)
 		}
 		e, src, ee := read(t, r.a.rx)
-		if ee != nil || src != wantAtA || e.Len != 64 || !bytes.Equal(buf[:64], msg) || e.Flags != fi.RECV|fi.MSG {
+		if ee != nil || src != wantAtA || e.Len != 64 || !bytes.Equal(buf[:64], msg) || e.Flags != fi.Recv|fi.Msg {
 			t.Fatalf("A recv %d: %+v src %v (want %v) err %+v", i, e, src, wantAtA, ee)
 		}
 		select {

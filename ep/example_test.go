@@ -31,13 +31,13 @@ func Example() {
 
 	peers, _ := av.Open(dp, &av.Attr{Name: "job42"})
 	defer peers.Close()
-	tx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
-	rx, _ := cq.Open(cq.Attr{Format: cq.FORMAT_MSG})
+	tx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
+	rx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	defer tx.Close()
 	defer rx.Close()
 	e, err := ep.Open(dp, ep.Attr{
 		Ifname: "eth1", Local: netip.MustParseAddrPort("198.18.0.1:7000"),
-		AV: peers, TxCQ: tx, RxCQ: rx, Caps: fi.MSG | fi.SOURCE,
+		AV: peers, TxCQ: tx, RxCQ: rx, Caps: fi.Msg | fi.Source,
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -31,7 +31,7 @@ func TestUnknownSender(t *testing.T) {
 		}
 	})
 	t.Run("source_err", func(t *testing.T) {
-		r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Caps |= fi.SOURCE_ERR }})
+		r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Caps |= fi.SourceErr }})
 		aAtB := r.b.insert(t, r.a.local)
 		buf := make([]byte, 64)
 		r.a.ep.Recv(buf, fi.AddrUnspec, "first")
@@ -155,13 +155,13 @@ func TestTaggedAndData(t *testing.T) {
 			data  uint64
 		}{e.Flags, e.Tag, e.Data}
 	}
-	if g := got["7777"]; g.flags != fi.RECV|fi.TAGGED|fi.REMOTE_CQ_DATA || g.tag != 0x7777 || g.data != 42 || string(b2[:11]) != "tagged 7777" {
+	if g := got["7777"]; g.flags != fi.Recv|fi.Tagged|fi.RemoteCQData || g.tag != 0x7777 || g.data != 42 || string(b2[:11]) != "tagged 7777" {
 		t.Errorf("tagged with data: %+v %q", g, b2)
 	}
-	if g := got["12xx"]; g.flags != fi.RECV|fi.TAGGED || g.tag != 0x1234 || string(b1[:11]) != "tagged 1234" {
+	if g := got["12xx"]; g.flags != fi.Recv|fi.Tagged || g.tag != 0x1234 || string(b1[:11]) != "tagged 1234" {
 		t.Errorf("tagged with ignore bits: %+v", g)
 	}
-	if g := got["msg"]; g.flags != fi.RECV|fi.MSG|fi.REMOTE_CQ_DATA || g.data != 99 {
+	if g := got["msg"]; g.flags != fi.Recv|fi.Msg|fi.RemoteCQData || g.data != 99 {
 		t.Errorf("message with data: %+v", g)
 	}
 	// A tagged message waits for its receive (parked), then matches.
@@ -195,10 +195,10 @@ func TestMultiRecv(t *testing.T) {
 	aAtB := r.b.insert(t, r.a.local)
 	r.a.insert(t, r.b.local)
 	buf := make([]byte, 350)
-	if err := r.a.ep.RecvMsg(buf, fi.AddrUnspec, "multi", fi.MULTI_RECV); err != nil {
+	if err := r.a.ep.RecvMsg(buf, fi.AddrUnspec, "multi", fi.MultiRecv); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.a.ep.RecvMsg(make([]byte, 50), fi.AddrUnspec, "tiny", fi.MULTI_RECV); !errors.Is(err, fi.EINVAL) {
+	if err := r.a.ep.RecvMsg(make([]byte, 50), fi.AddrUnspec, "tiny", fi.MultiRecv); !errors.Is(err, fi.EINVAL) {
 		t.Errorf("multi-recv buffer below the minimum: %v", err)
 	}
 	msg := bytes.Repeat([]byte{'m'}, 100)
@@ -211,8 +211,8 @@ func TestMultiRecv(t *testing.T) {
 			t.Fatalf("multi-recv %d: %+v %+v", i, e, ee)
 		}
 		last := i == 2 // 350 - 300 < 100: released
-		if (e.Flags&fi.MULTI_RECV != 0) != last {
-			t.Errorf("multi-recv %d: FI_MULTI_RECV flag %v, want %v", i, e.Flags&fi.MULTI_RECV != 0, last)
+		if (e.Flags&fi.MultiRecv != 0) != last {
+			t.Errorf("multi-recv %d: FI_MULTI_RECV flag %v, want %v", i, e.Flags&fi.MultiRecv != 0, last)
 		}
 		off += 100
 	}
@@ -232,7 +232,7 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, ee := read(t, r.a.rx)
-	if ee == nil || ee.Err != fi.ECANCELED || ee.Flags != fi.RECV|fi.MSG || ee.Len != 0 || ee.OpContext != ctx {
+	if ee == nil || ee.Err != fi.ECANCELED || ee.Flags != fi.Recv|fi.Msg || ee.Len != 0 || ee.OpContext != ctx {
 		t.Errorf("cancel completion: %+v", ee)
 	}
 	if err := r.a.ep.Cancel(ctx); !errors.Is(err, fi.ENOENT) {
@@ -275,7 +275,7 @@ func TestReceiveContexts(t *testing.T) {
 // Peer groups: the group rides on the wire and only a receive of that
 // group takes the message.
 func TestPeerGroups(t *testing.T) {
-	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Caps |= fi.DIRECTED_RECV }})
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Caps |= fi.DirectedRecv }})
 	aAtB := r.b.insert(t, r.a.local)
 	bAtA := r.a.insert(t, r.b.local)
 	g0, g7 := make([]byte, 16), make([]byte, 16)

@@ -27,7 +27,7 @@ type Prepared struct {
 // slots and the endpoint-table entry. attr's CQs and Progress are ignored;
 // its AV stays bound until Close. Call it from a thread in the interface's
 // network namespace.
-func Prepare(dp *loader.Dataplane, attr Attr) (_ *Prepared, err error) {
+func Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
 	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress = nil, nil, nil, ProgressManual
 	if err := attr.validateKernel(); err != nil {
 		return nil, err

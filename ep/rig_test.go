@@ -29,7 +29,7 @@ type side struct {
 }
 
 type rig struct {
-	dp   *loader.Dataplane
+	dp   *loader.Objects
 	bed  *testbed.Bed
 	a, b *side
 	v6   bool
@@ -82,13 +82,13 @@ func (r *rig) side(t *testing.T, h *testbed.Host, o rigOpts) *side {
 	}
 	t.Cleanup(func() { s.av.Close() })
 	for _, q := range []**cq.CQ{&s.tx, &s.rx} {
-		if *q, err = cq.Open(cq.Attr{Size: 4096, Format: cq.FORMAT_TAGGED}); err != nil {
+		if *q, err = cq.Open(cq.Attr{Size: 4096, Format: cq.FormatTagged}); err != nil {
 			t.Fatal(err)
 		}
 		c := *q
 		t.Cleanup(func() { c.Close() })
 	}
-	ea := ep.Attr{Ifname: testbed.LinkName, Local: s.local, AV: s.av, TxCQ: s.tx, RxCQ: s.rx, Caps: fi.MSG | fi.TAGGED | fi.SOURCE,
+	ea := ep.Attr{Ifname: testbed.LinkName, Local: s.local, AV: s.av, TxCQ: s.tx, RxCQ: s.rx, Caps: fi.Msg | fi.Tagged | fi.Source,
 		BindMode: dataplane.BindCopy} // veth has no zero-copy
 	if o.epAttr != nil {
 		o.epAttr(&ea)
@@ -97,7 +97,7 @@ func (r *rig) side(t *testing.T, h *testbed.Host, o rigOpts) *side {
 	return s
 }
 
-func openEP(t *testing.T, h *testbed.Host, dp *loader.Dataplane, attr ep.Attr) *ep.Endpoint {
+func openEP(t *testing.T, h *testbed.Host, dp *loader.Objects, attr ep.Attr) *ep.Endpoint {
 	t.Helper()
 	var e *ep.Endpoint
 	err := h.Do(func() (err error) {

@@ -61,16 +61,16 @@ func (e *Endpoint) Rx(i int) *RxContext {
 }
 
 // Recv posts buf to receive one message from src (fi.AddrUnspec: any
-// source; a specific fi_addr needs fi.DIRECTED_RECV; fi.GroupAddr(AnySource,
+// source; a specific fi_addr needs fi.DirectedRecv; fi.GroupAddr(AnySource,
 // g) any source of peer group g) with context ctx (fi_recv).
 func (e *Endpoint) Recv(buf []byte, src fi.Addr, ctx any) error {
 	return e.rx[0].post(recvOp{buf: buf, src: src, ctx: ctx}, false)
 }
 
-// RecvMsg posts buf with flags (fi_recvmsg): fi.MULTI_RECV makes it a
+// RecvMsg posts buf with flags (fi_recvmsg): fi.MultiRecv makes it a
 // multi-receive buffer, filled by consecutive messages until less than
 // Attr.MinMultiRecv bytes remain; the completion that releases it has
-// fi.MULTI_RECV set.
+// fi.MultiRecv set.
 func (e *Endpoint) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
 	return e.Rx(0).RecvMsg(buf, src, ctx, flags)
 }
@@ -93,10 +93,10 @@ func (r *RxContext) Recv(buf []byte, src fi.Addr, ctx any) error {
 
 // RecvMsg is Endpoint.RecvMsg on this context.
 func (r *RxContext) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
-	if flags&^fi.MULTI_RECV != 0 {
-		return fmt.Errorf("ep recvmsg: flags %v: %w", flags&^fi.MULTI_RECV, fi.EBADFLAGS)
+	if flags&^fi.MultiRecv != 0 {
+		return fmt.Errorf("ep recvmsg: flags %v: %w", flags&^fi.MultiRecv, fi.EBADFLAGS)
 	}
-	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx, multi: flags&fi.MULTI_RECV != 0}, false)
+	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx, multi: flags&fi.MultiRecv != 0}, false)
 }
 
 // TRecv is Endpoint.TRecv on this context.
@@ -112,9 +112,9 @@ func (c *rxCtx) post(op recvOp, tagged bool) error {
 	switch {
 	case e.closed.Load():
 		return fmt.Errorf("ep recv: endpoint closed: %w", fi.EOPBADSTATE)
-	case tagged && e.attr.Caps&fi.TAGGED == 0, !tagged && e.attr.Caps&fi.MSG == 0:
+	case tagged && e.attr.Caps&fi.Tagged == 0, !tagged && e.attr.Caps&fi.Msg == 0:
 		return fmt.Errorf("ep recv: endpoint lacks the capability: %w", fi.EOPNOTSUPP)
-	case op.src != fi.AddrUnspec && op.src&AnySource != AnySource && e.attr.Caps&fi.DIRECTED_RECV == 0:
+	case op.src != fi.AddrUnspec && op.src&AnySource != AnySource && e.attr.Caps&fi.DirectedRecv == 0:
 		return fmt.Errorf("ep recv: a source address needs FI_DIRECTED_RECV: %w", fi.EINVAL)
 	case op.multi && len(op.buf) < e.attr.MinMultiRecv:
 		return fmt.Errorf("ep recv: multi-receive buffer of %d bytes, below %d: %w", len(op.buf), e.attr.MinMultiRecv, fi.EINVAL)
@@ -153,9 +153,9 @@ func (c *rxCtx) cancel(ctx any) error {
 			if !sameContext((*q)[i].ctx, ctx) {
 				continue
 			}
-			flags := fi.RECV | fi.MSG
+			flags := fi.Recv | fi.Msg
 			if q == &c.tagged {
-				flags = fi.RECV | fi.TAGGED
+				flags = fi.Recv | fi.Tagged
 			}
 			if n, err := c.cq.Reserve(1); err != nil || n == 0 {
 				return fmt.Errorf("ep cancel: receive CQ full: %w", fi.EAGAIN)
@@ -298,13 +298,13 @@ func (c *rxCtx) deliver(f frameRef) bool {
 		comp.Src, comp.SrcUnknown = fi.AddrNotAvail, true
 		comp.SrcRaw = c.rawSource(pkt, m)
 	}
-	comp.Flags = fi.RECV | fi.MSG
+	comp.Flags = fi.Recv | fi.Msg
 	if tagged {
-		comp.Flags = fi.RECV | fi.TAGGED
+		comp.Flags = fi.Recv | fi.Tagged
 		comp.Tag = h.Tag
 	}
 	if h.Flags&bpf.HdrFlagData != 0 {
-		comp.Flags |= fi.REMOTE_CQ_DATA
+		comp.Flags |= fi.RemoteCQData
 		comp.Data = h.CQData
 	}
 	n := copy(op.buf[op.off:], payload)
@@ -317,7 +317,7 @@ func (c *rxCtx) deliver(f frameRef) bool {
 		comp.Buf = op.buf[op.off : op.off+n]
 		op.off += n
 		if done = len(op.buf)-op.off < c.ep.attr.MinMultiRecv; done {
-			comp.Flags |= fi.MULTI_RECV
+			comp.Flags |= fi.MultiRecv
 		}
 	}
 	c.cq.Write(&comp)

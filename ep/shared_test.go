@@ -17,8 +17,8 @@ import (
 func TestEndpointsShareInterface(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	second := netip.AddrPortFrom(r.a.local.Addr(), port+1)
-	tx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
-	rx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
+	tx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
+	rx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
 	t.Cleanup(func() { tx2.Close(); rx2.Close() })
 	e2 := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: second, AV: r.a.av, TxCQ: tx2, RxCQ: rx2, BindMode: dataplane.BindCopy})
 	toA1 := r.b.insert(t, r.a.local)
@@ -70,8 +70,8 @@ func TestEndpointsShareInterface(t *testing.T) {
 // sockets already have is refused: its sockets would share their UMEM.
 func TestSharedInterfaceBindMode(t *testing.T) {
 	r := newRig(t, rigOpts{}) // copy mode: veth has no zero-copy
-	tx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
-	rx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FORMAT_MSG})
+	tx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
+	rx2, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
 	t.Cleanup(func() { tx2.Close(); rx2.Close() })
 	attr := ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(r.a.local.Addr(), port+1), AV: r.a.av,
 		TxCQ: tx2, RxCQ: rx2, BindMode: dataplane.BindZeroCopy}

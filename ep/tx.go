@@ -72,18 +72,18 @@ func (e *Endpoint) Send(buf []byte, dest fi.Addr, ctx any) error {
 
 // SendData sends buf with remote CQ data (fi_senddata).
 func (e *Endpoint) SendData(buf []byte, data uint64, dest fi.Addr, ctx any) error {
-	return e.send(bpf.OpMsg, buf, dest, 0, data, fi.REMOTE_CQ_DATA, ctx)
+	return e.send(bpf.OpMsg, buf, dest, 0, data, fi.RemoteCQData, ctx)
 }
 
 // Inject sends buf without a completion (fi_inject); buf may be reused at
 // once.
 func (e *Endpoint) Inject(buf []byte, dest fi.Addr) error {
-	return e.send(bpf.OpMsg, buf, dest, 0, 0, fi.INJECT, nil)
+	return e.send(bpf.OpMsg, buf, dest, 0, 0, fi.Inject, nil)
 }
 
-// SendMsg sends with flags (fi_sendmsg): fi.REMOTE_CQ_DATA (with data),
-// fi.INJECT, fi.MORE (more sends follow: the kernel is woken by the next
-// send without it), fi.INJECT_COMPLETE, fi.TRANSMIT_COMPLETE.
+// SendMsg sends with flags (fi_sendmsg): fi.RemoteCQData (with data),
+// fi.Inject, fi.More (more sends follow: the kernel is woken by the next
+// send without it), fi.InjectComplete, fi.TransmitComplete.
 func (e *Endpoint) SendMsg(buf []byte, dest fi.Addr, data uint64, ctx any, flags fi.Flags) error {
 	return e.send(bpf.OpMsg, buf, dest, 0, data, flags, ctx)
 }
@@ -95,12 +95,12 @@ func (e *Endpoint) TSend(buf []byte, dest fi.Addr, tag uint64, ctx any) error {
 
 // TSendData sends a tagged message with remote CQ data (fi_tsenddata).
 func (e *Endpoint) TSendData(buf []byte, data uint64, dest fi.Addr, tag uint64, ctx any) error {
-	return e.send(bpf.OpTagged, buf, dest, tag, data, fi.REMOTE_CQ_DATA, ctx)
+	return e.send(bpf.OpTagged, buf, dest, tag, data, fi.RemoteCQData, ctx)
 }
 
 // TInject sends a tagged message without a completion (fi_tinject).
 func (e *Endpoint) TInject(buf []byte, dest fi.Addr, tag uint64) error {
-	return e.send(bpf.OpTagged, buf, dest, tag, 0, fi.INJECT, nil)
+	return e.send(bpf.OpTagged, buf, dest, tag, 0, fi.Inject, nil)
 }
 
 // TSendMsg is SendMsg for tagged messages (fi_tsendmsg).
@@ -109,9 +109,9 @@ func (e *Endpoint) TSendMsg(buf []byte, dest fi.Addr, tag, data uint64, ctx any,
 }
 
 // TxCompletion is the completion level the endpoint's sends report by
-// default: fi.INJECT_COMPLETE (the data is in the socket's memory) or
-// fi.TRANSMIT_COMPLETE (the kernel sent the frame). An unreliable endpoint
-// offers nothing stronger; fi.DELIVERY_COMPLETE is not available.
+// default: fi.InjectComplete (the data is in the socket's memory) or
+// fi.TransmitComplete (the kernel sent the frame). An unreliable endpoint
+// offers nothing stronger; fi.DeliveryComplete is not available.
 func (e *Endpoint) TxCompletion() fi.Flags { return e.attr.OpFlags }
 
 // The transmit path's EAGAIN errors are made once: a caller retrying a
@@ -123,7 +123,7 @@ var (
 	errTxRingFull = fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
 )
 
-const sendFlags = fi.REMOTE_CQ_DATA | fi.INJECT | fi.MORE | fi.INJECT_COMPLETE | fi.TRANSMIT_COMPLETE
+const sendFlags = fi.RemoteCQData | fi.Inject | fi.More | fi.InjectComplete | fi.TransmitComplete
 
 // decode splits dest into AV index, receive context and peer group:
 // the top rx_ctx_bits are the context (fi_rx_addr), bits 32 and up below
@@ -150,7 +150,7 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		return fmt.Errorf("ep send: flags %v: %w", flags&^sendFlags, fi.EBADFLAGS)
 	case len(buf) > e.maxMsg:
 		return fmt.Errorf("ep send: %d bytes, at most %d: %w", len(buf), e.maxMsg, fi.EMSGSIZE)
-	case opcode == bpf.OpTagged && e.attr.Caps&fi.TAGGED == 0, opcode == bpf.OpMsg && e.attr.Caps&fi.MSG == 0:
+	case opcode == bpf.OpTagged && e.attr.Caps&fi.Tagged == 0, opcode == bpf.OpMsg && e.attr.Caps&fi.Msg == 0:
 		return fmt.Errorf("ep send: endpoint lacks the capability: %w", fi.EOPNOTSUPP)
 	}
 	idx, rxCtx, group, err := e.decode(dest)
@@ -169,18 +169,18 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		return fmt.Errorf("ep send to %v: %w", peer, err)
 	}
 	hdr := bpf.WireHdr{Op: opcode, RxCtx: rxCtx, Group: group, AuthKey: e.authKey, Tag: tag, CQData: data}
-	if flags&fi.REMOTE_CQ_DATA != 0 {
+	if flags&fi.RemoteCQData != 0 {
 		hdr.Flags |= bpf.HdrFlagData
 	}
 	src := e.attr.Local
 	if src.Addr().IsUnspecified() {
 		src = netip.AddrPortFrom(hop.SrcIP, src.Port())
 	}
-	report := flags&fi.INJECT == 0
-	injectComplete := e.attr.OpFlags&fi.INJECT_COMPLETE != 0
-	if flags&fi.TRANSMIT_COMPLETE != 0 {
+	report := flags&fi.Inject == 0
+	injectComplete := e.attr.OpFlags&fi.InjectComplete != 0
+	if flags&fi.TransmitComplete != 0 {
 		injectComplete = false
-	} else if flags&fi.INJECT_COMPLETE != 0 {
+	} else if flags&fi.InjectComplete != 0 {
 		injectComplete = true
 	}
 
@@ -211,9 +211,9 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	}
 	t.pending++
 	t.outstanding++
-	op := txOp{e: e, ctx: ctx, flags: fi.SEND | fi.MSG}
+	op := txOp{e: e, ctx: ctx, flags: fi.Send | fi.Msg}
 	if opcode == bpf.OpTagged {
-		op.flags = fi.SEND | fi.TAGGED
+		op.flags = fi.Send | fi.Tagged
 	}
 	switch {
 	case !report:
@@ -225,7 +225,7 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		op.e = nil
 	}
 	t.inflight[addr>>t.shift] = op
-	if flags&fi.MORE == 0 {
+	if flags&fi.More == 0 {
 		t.kick()
 	}
 	return nil

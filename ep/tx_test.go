@@ -10,10 +10,10 @@ import (
 )
 
 func TestSendVariants(t *testing.T) {
-	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.OpFlags = fi.INJECT_COMPLETE }})
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.OpFlags = fi.InjectComplete }})
 	toA := r.b.insert(t, r.a.local)
 	r.a.insert(t, r.b.local)
-	if r.b.ep.TxCompletion() != fi.INJECT_COMPLETE {
+	if r.b.ep.TxCompletion() != fi.InjectComplete {
 		t.Errorf("TxCompletion %v", r.b.ep.TxCompletion())
 	}
 	var e [1]cq.Entry
@@ -25,7 +25,7 @@ func TestSendVariants(t *testing.T) {
 		t.Errorf("inject-complete send: %d %+v", n, e[0])
 	}
 	// Transmit-complete per send: only once the kernel is done.
-	if err := r.b.ep.SendMsg([]byte("b"), toA, 0, "tc", fi.TRANSMIT_COMPLETE); err != nil {
+	if err := r.b.ep.SendMsg([]byte("b"), toA, 0, "tc", fi.TransmitComplete); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := read(t, r.b.tx); got.OpContext != "tc" {
@@ -40,7 +40,7 @@ func TestSendVariants(t *testing.T) {
 	}
 	// FI_MORE: queued without waking the kernel, sent with the last one.
 	for i := range 8 {
-		if err := r.b.ep.SendMsg([]byte{byte(i)}, toA, 0, nil, fi.MORE|fi.INJECT); err != nil {
+		if err := r.b.ep.SendMsg([]byte{byte(i)}, toA, 0, nil, fi.More|fi.Inject); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,7 +64,7 @@ func TestSendVariants(t *testing.T) {
 
 // Bad sends fail with the right errno and change nothing.
 func TestSendErrors(t *testing.T) {
-	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Caps = fi.MSG }})
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Caps = fi.Msg }})
 	toA := r.b.insert(t, r.a.local)
 	big := make([]byte, r.b.ep.MaxMsgSize()+1)
 	for _, tc := range []struct {
@@ -74,11 +74,11 @@ func TestSendErrors(t *testing.T) {
 	}{
 		{"too large", r.b.ep.Send(big, toA, nil), fi.EMSGSIZE},
 		{"not in the AV", r.b.ep.Send([]byte("x"), toA+1, nil), fi.EINVAL},
-		{"bad flags", r.b.ep.SendMsg([]byte("x"), toA, 0, nil, fi.MULTI_RECV), fi.EBADFLAGS},
+		{"bad flags", r.b.ep.SendMsg([]byte("x"), toA, 0, nil, fi.MultiRecv), fi.EBADFLAGS},
 		{"tagged without FI_TAGGED", r.b.ep.TSend([]byte("x"), toA, 1, nil), fi.EOPNOTSUPP},
 		{"recv tagged without FI_TAGGED", r.b.ep.TRecv(big, fi.AddrUnspec, 1, 0, nil), fi.EOPNOTSUPP},
 		{"directed without FI_DIRECTED_RECV", r.b.ep.Recv(big, toA, nil), fi.EINVAL},
-		{"recvmsg flags", r.b.ep.RecvMsg(big, fi.AddrUnspec, nil, fi.MORE), fi.EBADFLAGS},
+		{"recvmsg flags", r.b.ep.RecvMsg(big, fi.AddrUnspec, nil, fi.More), fi.EBADFLAGS},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
@@ -110,7 +110,7 @@ func TestOpenErrors(t *testing.T) {
 		{"no CQ", func(a *ep.Attr) { a.RxCQ = nil }, fi.ENOCQ},
 		{"no port", func(a *ep.Attr) { a.Local = netipAddrPort(a.Local.Addr(), 0) }, fi.EINVAL},
 		{"no interface", func(a *ep.Attr) { a.Ifname = "nope0" }, fi.ENODEV},
-		{"source_err without source", func(a *ep.Attr) { a.Caps = fi.SOURCE_ERR }, fi.EINVAL},
+		{"source_err without source", func(a *ep.Attr) { a.Caps = fi.SourceErr }, fi.EINVAL},
 		{"unknown cap", func(a *ep.Attr) { a.Caps = fi.RMA }, fi.EINVAL},
 		{"contexts without rx_ctx_bits", func(a *ep.Attr) { a.RxContexts = 2 }, fi.EINVAL},
 		{"bound port", func(a *ep.Attr) {}, fi.EADDRINUSE},

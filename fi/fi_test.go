@@ -28,10 +28,10 @@ func TestConstants(t *testing.T) {
 		f    fi.Flags
 		want uint64
 	}{
-		{fi.READ, 1 << 8}, {fi.MORE, 1 << 18}, {fi.EVENT, 1 << 24}, {fi.AV_USER_ID, 1 << 41},
-		{fi.SOURCE_ERR, 1 << 50}, {fi.SOURCE, 1 << 57}, {fi.AUTH_KEY, 1 << 57}, {fi.SYNC_ERR, 1 << 58},
-		{fi.SYMMETRIC, 1 << 59}, {fi.MSG, 1 << 1}, {fi.TAGGED, 1 << 3}, {fi.RECV, 1 << 10}, {fi.SEND, 1 << 11},
-		{fi.MULTI_RECV, 1 << 16}, {fi.REMOTE_CQ_DATA, 1 << 17},
+		{fi.Read, 1 << 8}, {fi.More, 1 << 18}, {fi.Event, 1 << 24}, {fi.AVUserID, 1 << 41},
+		{fi.SourceErr, 1 << 50}, {fi.Source, 1 << 57}, {fi.AuthKey, 1 << 57}, {fi.SyncErr, 1 << 58},
+		{fi.Symmetric, 1 << 59}, {fi.Msg, 1 << 1}, {fi.Tagged, 1 << 3}, {fi.Recv, 1 << 10}, {fi.Send, 1 << 11},
+		{fi.MultiRecv, 1 << 16}, {fi.RemoteCQData, 1 << 17},
 	} {
 		if uint64(tc.f) != tc.want {
 			t.Errorf("%v = %#x, want %#x", tc.f, uint64(tc.f), tc.want)
@@ -113,7 +113,7 @@ func TestSockaddr(t *testing.T) {
 }
 
 func TestFlagsString(t *testing.T) {
-	if s := (fi.SEND | fi.MSG).String(); s != "FI_MSG|FI_SEND" {
+	if s := (fi.Send | fi.Msg).String(); s != "FI_MSG|FI_SEND" {
 		t.Errorf("%q", s)
 	}
 	if s := fi.Flags(1 << 62).String(); s != "0x4000000000000000" {

@@ -9,87 +9,87 @@ type Flags uint64
 
 // Capability and completion flags (fabric.h).
 const (
-	MSG        Flags = 1 << 1
+	Msg        Flags = 1 << 1
 	RMA        Flags = 1 << 2
-	TAGGED     Flags = 1 << 3
-	ATOMIC     Flags = 1 << 4
-	MULTICAST  Flags = 1 << 5
-	COLLECTIVE Flags = 1 << 6
+	Tagged     Flags = 1 << 3
+	Atomic     Flags = 1 << 4
+	Multicast  Flags = 1 << 5
+	Collective Flags = 1 << 6
 
-	READ         Flags = 1 << 8
-	WRITE        Flags = 1 << 9
-	RECV         Flags = 1 << 10
-	SEND         Flags = 1 << 11
-	TRANSMIT           = SEND
-	REMOTE_READ  Flags = 1 << 12
-	REMOTE_WRITE Flags = 1 << 13
+	Read        Flags = 1 << 8
+	Write       Flags = 1 << 9
+	Recv        Flags = 1 << 10
+	Send        Flags = 1 << 11
+	Transmit          = Send
+	RemoteRead  Flags = 1 << 12
+	RemoteWrite Flags = 1 << 13
 
-	MULTI_RECV     Flags = 1 << 16
-	REMOTE_CQ_DATA Flags = 1 << 17
-	MORE           Flags = 1 << 18
-	PEEK           Flags = 1 << 19
-	TRIGGER        Flags = 1 << 20
-	FENCE          Flags = 1 << 21
-	PRIORITY       Flags = 1 << 22
+	MultiRecv    Flags = 1 << 16
+	RemoteCQData Flags = 1 << 17
+	More         Flags = 1 << 18
+	Peek         Flags = 1 << 19
+	Trigger      Flags = 1 << 20
+	Fence        Flags = 1 << 21
+	Priority     Flags = 1 << 22
 
-	COMPLETION        Flags = 1 << 24
-	EVENT                   = COMPLETION
-	INJECT            Flags = 1 << 25
-	INJECT_COMPLETE   Flags = 1 << 26
-	TRANSMIT_COMPLETE Flags = 1 << 27
-	DELIVERY_COMPLETE Flags = 1 << 28
-	AFFINITY          Flags = 1 << 29
-	COMMIT_COMPLETE   Flags = 1 << 30
-	MATCH_COMPLETE    Flags = 1 << 31
+	Completion       Flags = 1 << 24
+	Event                  = Completion
+	Inject           Flags = 1 << 25
+	InjectComplete   Flags = 1 << 26
+	TransmitComplete Flags = 1 << 27
+	DeliveryComplete Flags = 1 << 28
+	Affinity         Flags = 1 << 29
+	CommitComplete   Flags = 1 << 30
+	MatchComplete    Flags = 1 << 31
 
-	AV_USER_ID Flags = 1 << 41
+	AVUserID Flags = 1 << 41
 
-	SOURCE_ERR    Flags = 1 << 50
-	LOCAL_COMM    Flags = 1 << 51
-	REMOTE_COMM   Flags = 1 << 52
-	SHARED_AV     Flags = 1 << 53
-	NUMERICHOST   Flags = 1 << 55
-	RMA_EVENT     Flags = 1 << 56
-	SOURCE        Flags = 1 << 57
-	NAMED_RX_CTX  Flags = 1 << 58
-	DIRECTED_RECV Flags = 1 << 59
+	SourceErr    Flags = 1 << 50
+	LocalComm    Flags = 1 << 51
+	RemoteComm   Flags = 1 << 52
+	SharedAV     Flags = 1 << 53
+	NumericHost  Flags = 1 << 55
+	RMAEvent     Flags = 1 << 56
+	Source       Flags = 1 << 57
+	NamedRxCtx   Flags = 1 << 58
+	DirectedRecv Flags = 1 << 59
 )
 
 // Address-vector flags (fi_domain.h). They reuse high bits with
 // call-specific meanings.
 const (
-	// AUTH_KEY selects auth-key addresses in fi_av_insert / fi_av_remove.
-	// It is the same bit as SOURCE, as in libfabric 2.x.
-	AUTH_KEY Flags = 1 << 57
-	// SYNC_ERR asks fi_av_insert for a per-element status array.
-	SYNC_ERR Flags = 1 << 58
-	// SYMMETRIC promises every process inserts addresses in the same order.
-	SYMMETRIC Flags = 1 << 59
+	// AuthKey selects auth-key addresses in fi_av_insert / fi_av_remove.
+	// It is the same bit as Source, as in libfabric 2.x.
+	AuthKey Flags = 1 << 57
+	// SyncErr asks fi_av_insert for a per-element status array.
+	SyncErr Flags = 1 << 58
+	// Symmetric promises every process inserts addresses in the same order.
+	Symmetric Flags = 1 << 59
 )
 
 // Tagged-receive flags (fi_tagged.h).
 const (
-	DISCARD Flags = 1 << 58
-	CLAIM   Flags = 1 << 59
+	Discard Flags = 1 << 58
+	Claim   Flags = 1 << 59
 )
 
 var flagNames = []struct {
 	f    Flags
 	name string
 }{
-	{MSG, "FI_MSG"}, {RMA, "FI_RMA"}, {TAGGED, "FI_TAGGED"}, {ATOMIC, "FI_ATOMIC"},
-	{MULTICAST, "FI_MULTICAST"}, {COLLECTIVE, "FI_COLLECTIVE"},
-	{READ, "FI_READ"}, {WRITE, "FI_WRITE"}, {RECV, "FI_RECV"}, {SEND, "FI_SEND"},
-	{REMOTE_READ, "FI_REMOTE_READ"}, {REMOTE_WRITE, "FI_REMOTE_WRITE"},
-	{MULTI_RECV, "FI_MULTI_RECV"}, {REMOTE_CQ_DATA, "FI_REMOTE_CQ_DATA"}, {MORE, "FI_MORE"},
-	{PEEK, "FI_PEEK"}, {TRIGGER, "FI_TRIGGER"}, {FENCE, "FI_FENCE"}, {PRIORITY, "FI_PRIORITY"},
-	{COMPLETION, "FI_COMPLETION"}, {INJECT, "FI_INJECT"}, {INJECT_COMPLETE, "FI_INJECT_COMPLETE"},
-	{TRANSMIT_COMPLETE, "FI_TRANSMIT_COMPLETE"}, {DELIVERY_COMPLETE, "FI_DELIVERY_COMPLETE"},
-	{AFFINITY, "FI_AFFINITY"}, {COMMIT_COMPLETE, "FI_COMMIT_COMPLETE"},
-	{MATCH_COMPLETE, "FI_MATCH_COMPLETE"}, {AV_USER_ID, "FI_AV_USER_ID"},
-	{SOURCE_ERR, "FI_SOURCE_ERR"}, {LOCAL_COMM, "FI_LOCAL_COMM"}, {REMOTE_COMM, "FI_REMOTE_COMM"},
-	{SHARED_AV, "FI_SHARED_AV"}, {NUMERICHOST, "FI_NUMERICHOST"}, {RMA_EVENT, "FI_RMA_EVENT"},
-	{SOURCE, "FI_SOURCE"}, {SYNC_ERR, "FI_SYNC_ERR"}, {SYMMETRIC, "FI_SYMMETRIC"},
+	{Msg, "FI_MSG"}, {RMA, "FI_RMA"}, {Tagged, "FI_TAGGED"}, {Atomic, "FI_ATOMIC"},
+	{Multicast, "FI_MULTICAST"}, {Collective, "FI_COLLECTIVE"},
+	{Read, "FI_READ"}, {Write, "FI_WRITE"}, {Recv, "FI_RECV"}, {Send, "FI_SEND"},
+	{RemoteRead, "FI_REMOTE_READ"}, {RemoteWrite, "FI_REMOTE_WRITE"},
+	{MultiRecv, "FI_MULTI_RECV"}, {RemoteCQData, "FI_REMOTE_CQ_DATA"}, {More, "FI_MORE"},
+	{Peek, "FI_PEEK"}, {Trigger, "FI_TRIGGER"}, {Fence, "FI_FENCE"}, {Priority, "FI_PRIORITY"},
+	{Completion, "FI_COMPLETION"}, {Inject, "FI_INJECT"}, {InjectComplete, "FI_INJECT_COMPLETE"},
+	{TransmitComplete, "FI_TRANSMIT_COMPLETE"}, {DeliveryComplete, "FI_DELIVERY_COMPLETE"},
+	{Affinity, "FI_AFFINITY"}, {CommitComplete, "FI_COMMIT_COMPLETE"},
+	{MatchComplete, "FI_MATCH_COMPLETE"}, {AVUserID, "FI_AV_USER_ID"},
+	{SourceErr, "FI_SOURCE_ERR"}, {LocalComm, "FI_LOCAL_COMM"}, {RemoteComm, "FI_REMOTE_COMM"},
+	{SharedAV, "FI_SHARED_AV"}, {NumericHost, "FI_NUMERICHOST"}, {RMAEvent, "FI_RMA_EVENT"},
+	{Source, "FI_SOURCE"}, {SyncErr, "FI_SYNC_ERR"}, {Symmetric, "FI_SYMMETRIC"},
 }
 
 // String lists the set bits by their libfabric names, joined by "|". Bits

@@ -57,7 +57,7 @@ type Attachment struct {
 // Attach attaches the program to ifname in mode. With a PinRoot the link is
 // pinned at PinRoot/links/<ifname>, survives the process, and a later Attach
 // adopts it (updating it to this process's program) instead of failing.
-func (d *Dataplane) Attach(ifname string, mode Mode) (*Attachment, error) {
+func (d *Objects) Attach(ifname string, mode Mode) (*Attachment, error) {
 	iface, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, fmt.Errorf("attach xdpfab to %q: no such interface: %w", ifname, fi.ENODEV)
@@ -156,7 +156,7 @@ func (a *Attachment) Detach() error {
 
 // AttachedPinned reports whether a pinned xdpfab link exists for ifname
 // (an agent attached the program there).
-func (d *Dataplane) AttachedPinned(ifname string) bool {
+func (d *Objects) AttachedPinned(ifname string) bool {
 	if !d.pinned {
 		return false
 	}
@@ -166,7 +166,7 @@ func (d *Dataplane) AttachedPinned(ifname string) bool {
 
 // Detach removes xdpfab's pinned link from ifname, for a process that did
 // not attach it (`xdpfab detach`).
-func (d *Dataplane) Detach(ifname string) error {
+func (d *Objects) Detach(ifname string) error {
 	if !d.pinned {
 		return fmt.Errorf("detach %s: dataplane is not pinned, nothing to detach: %w", ifname, fi.ENOENT)
 	}

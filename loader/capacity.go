@@ -20,7 +20,7 @@ const reserveChunk = 1024
 
 // ReserveAVEntries claims room for n more AV entries. The caller holds
 // Lock. It fails with ENOSPC when the maps cannot hold them.
-func (d *Dataplane) ReserveAVEntries(n int) error {
+func (d *Objects) ReserveAVEntries(n int) error {
 	if n <= d.pool {
 		d.pool -= n
 		return nil
@@ -45,7 +45,7 @@ func (d *Dataplane) ReserveAVEntries(n int) error {
 }
 
 // ReleaseAVEntries returns room for n entries. The caller holds Lock.
-func (d *Dataplane) ReleaseAVEntries(n int) {
+func (d *Objects) ReleaseAVEntries(n int) {
 	d.pool += n
 	if d.pool > 2*reserveChunk {
 		d.returnPool(d.pool - reserveChunk)
@@ -53,7 +53,7 @@ func (d *Dataplane) ReleaseAVEntries(n int) {
 }
 
 // returnPool gives k pooled entries back to the node-wide count.
-func (d *Dataplane) returnPool(k int) {
+func (d *Objects) returnPool(k int) {
 	g, err := d.globalMeta()
 	if err != nil {
 		return // keep them pooled; nothing is lost
@@ -64,7 +64,7 @@ func (d *Dataplane) returnPool(k int) {
 	}
 }
 
-func (d *Dataplane) globalMeta() (bpf.AVMeta, error) {
+func (d *Objects) globalMeta() (bpf.AVMeta, error) {
 	var g bpf.AVMeta
 	if err := d.AVMeta.Lookup(uint32(0), &g); err != nil {
 		return g, fmt.Errorf("read AV capacity: %w", err)
@@ -74,7 +74,7 @@ func (d *Dataplane) globalMeta() (bpf.AVMeta, error) {
 
 // AVEntriesInUse reports the node-wide reserved count (entries plus the
 // room processes hold in reserve).
-func (d *Dataplane) AVEntriesInUse() (int, error) {
+func (d *Objects) AVEntriesInUse() (int, error) {
 	unlock := d.Lock()
 	defer unlock()
 	g, err := d.globalMeta()

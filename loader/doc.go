@@ -3,7 +3,7 @@
 // directory so that other processes (and a restarted agent) re-open the same
 // maps instead of replacing them.
 //
-// A Dataplane is the set of kernel objects one node shares: the forward and
+// Objects is the set of kernel objects one node shares: the forward and
 // reverse AV maps, the endpoint table, the XSKMAP and the counters. With an
 // empty Config.PinRoot the objects are private to the process and vanish
 // with it (what tests and benchmarks use); with a PinRoot they outlive it.

@@ -45,8 +45,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// Dataplane holds the loaded program and maps.
-type Dataplane struct {
+// Objects holds the loaded program and maps.
+type Objects struct {
 	// Program is the XDP program xdpfab_rx.
 	Program *ebpf.Program
 	// The maps of bpf/xdpfab_maps.h.
@@ -62,15 +62,15 @@ type Dataplane struct {
 
 // Config returns the configuration the dataplane was loaded with (defaults
 // filled in).
-func (d *Dataplane) Config() Config { return d.cfg }
+func (d *Objects) Config() Config { return d.cfg }
 
 // Pinned reports whether the dataplane's objects are pinned (shared).
-func (d *Dataplane) Pinned() bool { return d.pinned }
+func (d *Objects) Pinned() bool { return d.pinned }
 
 // Load loads the dataplane, or re-opens the pinned one under cfg.PinRoot.
 // Maps that are already pinned keep their contents; a pinned map whose
 // definition differs (say, another AVEntries) is an error, never replaced.
-func Load(cfg Config) (*Dataplane, error) {
+func Load(cfg Config) (*Objects, error) {
 	cfg.defaults()
 	spec, err := bpf.LoadSpec()
 	if err != nil {
@@ -88,7 +88,7 @@ func Load(cfg Config) (*Dataplane, error) {
 		ms.MaxEntries = n
 	}
 
-	d := &Dataplane{cfg: cfg}
+	d := &Objects{cfg: cfg}
 	var opts ebpf.CollectionOptions
 	if cfg.PinRoot != "" {
 		if err := ensureBPFFS(cfg.PinRoot); err != nil {
@@ -149,7 +149,7 @@ func loadError(err error) error {
 }
 
 // Close releases this process's handles. Pinned objects stay.
-func (d *Dataplane) Close() error {
+func (d *Objects) Close() error {
 	if d.pool > 0 && d.AVMeta != nil {
 		unlock := d.Lock()
 		d.returnPool(d.pool)
@@ -168,7 +168,7 @@ func (d *Dataplane) Close() error {
 	return errors.Join(errs...)
 }
 
-func (d *Dataplane) closeLock() {
+func (d *Objects) closeLock() {
 	if d.lockDir != nil {
 		d.lockDir.Close()
 		d.lockDir = nil
@@ -177,7 +177,7 @@ func (d *Dataplane) closeLock() {
 
 // Unpin removes the pinned maps (not links: see Detach). Processes holding
 // the maps keep them until they close.
-func (d *Dataplane) Unpin() error {
+func (d *Objects) Unpin() error {
 	if !d.pinned {
 		return nil
 	}
@@ -192,7 +192,7 @@ func (d *Dataplane) Unpin() error {
 // Lock serialises changes to the shared maps: across goroutines always,
 // and across processes (flock on the pin root) when pinned. Callers hold it
 // for a read-modify-write of AV state and release it with the returned func.
-func (d *Dataplane) Lock() (unlock func()) {
+func (d *Objects) Lock() (unlock func()) {
 	d.mu.Lock()
 	if d.lockDir != nil {
 		for {
@@ -212,7 +212,7 @@ func (d *Dataplane) Lock() (unlock func()) {
 
 // Counters returns the program's counters summed over CPUs and
 // interfaces.
-func (d *Dataplane) Counters() ([bpf.NumCounters]uint64, error) {
+func (d *Objects) Counters() ([bpf.NumCounters]uint64, error) {
 	var out [bpf.NumCounters]uint64
 	err := d.eachCounter(func(ifindex int, c bpf.Counter, v uint64) { out[c] += v })
 	return out, err
@@ -222,7 +222,7 @@ func (d *Dataplane) Counters() ([bpf.NumCounters]uint64, error) {
 // a frame, summed over CPUs. Key 0 holds ifindexes at or above
 // bpf.IfindexSlots. Ifindexes are per network namespace: interfaces of
 // different namespaces with one ifindex share a row.
-func (d *Dataplane) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error) {
+func (d *Objects) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error) {
 	out := map[int][bpf.NumCounters]uint64{}
 	err := d.eachCounter(func(ifindex int, c bpf.Counter, v uint64) {
 		if v == 0 {
@@ -237,7 +237,7 @@ func (d *Dataplane) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error)
 
 // eachCounter visits every (ifindex, counter) summed over CPUs, reading
 // the per-CPU array in batches.
-func (d *Dataplane) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) error {
+func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) error {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err
@@ -265,7 +265,7 @@ func (d *Dataplane) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) e
 }
 
 // ResetCounters zeroes every counter (tests and `xdpfab stats --reset`).
-func (d *Dataplane) ResetCounters() error {
+func (d *Objects) ResetCounters() error {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func load(t *testing.T, root string) *loader.Dataplane {
+func load(t *testing.T, root string) *loader.Objects {
 	t.Helper()
 	testutil.RequirePrivileged(t)
 	dp, err := loader.Load(loader.Config{PinRoot: root, AVEntries: 1024, MaxAVs: 8})
@@ -45,7 +45,7 @@ func xdpState(t *testing.T, h *testbed.Host) (attached bool, mode uint32, progID
 	return
 }
 
-func attach(t *testing.T, dp *loader.Dataplane, h *testbed.Host, ifname string, mode loader.Mode) (*loader.Attachment, error) {
+func attach(t *testing.T, dp *loader.Objects, h *testbed.Host, ifname string, mode loader.Mode) (*loader.Attachment, error) {
 	t.Helper()
 	var a *loader.Attachment
 	err := h.Do(func() (err error) {

@@ -16,9 +16,9 @@ import (
 // and without loading or attaching anything: what an unprivileged
 // application needs to read named AVs and counters. It needs read access
 // to the pins (see ShareWithGroup), no capability. The XSKMAP is not
-// opened, and the returned Dataplane has no Program.
-func OpenPinned(pinRoot string) (*Dataplane, error) {
-	d := &Dataplane{pinned: true, cfg: Config{PinRoot: pinRoot}}
+// opened, and the returned Objects has no Program.
+func OpenPinned(pinRoot string) (*Objects, error) {
+	d := &Objects{pinned: true, cfg: Config{PinRoot: pinRoot}}
 	dir := filepath.Join(pinRoot, "maps")
 	open := func(name string) (*ebpf.Map, error) {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
@@ -50,7 +50,7 @@ func OpenPinned(pinRoot string) (*Dataplane, error) {
 // ShareWithGroup lets members of group gid read the pinned maps (and take
 // the pin root's lock), so that unprivileged applications of that group
 // can use OpenPinned. Links and the XSKMAP stay root's.
-func (d *Dataplane) ShareWithGroup(gid int) error {
+func (d *Objects) ShareWithGroup(gid int) error {
 	if !d.pinned {
 		return nil
 	}
@@ -75,13 +75,13 @@ func (d *Dataplane) ShareWithGroup(gid int) error {
 var ReadOnlyMaps = []string{bpf.MapAV, bpf.MapAVRev, bpf.MapAVMeta, bpf.MapAuthKey, bpf.MapEP, bpf.MapStats}
 
 // readOnlySet is where the ReadOnlyMaps go, in that order.
-func (d *Dataplane) readOnlySet() []**ebpf.Map {
+func (d *Objects) readOnlySet() []**ebpf.Map {
 	return []**ebpf.Map{&d.AV, &d.AVRev, &d.AVMeta, &d.AuthKey, &d.EP, &d.Stats}
 }
 
 // ReadOnlyFDs opens read-only handles on the dataplane's maps, in
 // ReadOnlyMaps order, for handing to applications (close them after).
-func (d *Dataplane) ReadOnlyFDs() ([]*ebpf.Map, error) {
+func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
 	if !d.pinned {
 		return nil, fmt.Errorf("loader: read-only handles need a pinned dataplane: %w", fi.EINVAL)
 	}
@@ -99,18 +99,18 @@ func (d *Dataplane) ReadOnlyFDs() ([]*ebpf.Map, error) {
 	return out, nil
 }
 
-// FromFDs makes a read-only Dataplane from map descriptors in ReadOnlyMaps
+// FromFDs makes a read-only *Objects from map descriptors in ReadOnlyMaps
 // order (received from the agent), for an application that cannot reach
 // the pins. It takes the descriptors over, also when it fails. Without the pin root it has no
 // cross-process lock: readers see changes once their writer finished them.
-func FromFDs(fds []int) (*Dataplane, error) {
+func FromFDs(fds []int) (*Objects, error) {
 	if len(fds) != len(ReadOnlyMaps) {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 		return nil, fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
 	}
-	d := &Dataplane{pinned: true}
+	d := &Objects{pinned: true}
 	dst := d.readOnlySet()
 	for i, fd := range fds {
 		m, err := ebpf.NewMapFromFD(fd)

@@ -139,19 +139,19 @@ type host struct {
 	att    *loader.Attachment
 }
 
-func (x *host) open(dp *loader.Dataplane, mode loader.Mode, userIDs bool) error {
+func (x *host) open(dp *loader.Objects, mode loader.Mode, userIDs bool) error {
 	attr := av.Attr{}
 	if userIDs {
-		attr.Flags = fi.AV_USER_ID
+		attr.Flags = fi.AVUserID
 	}
 	var err error
 	if x.av, err = av.Open(dp, &attr); err != nil {
 		return err
 	}
-	if x.tx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG}); err != nil {
+	if x.tx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
 		return err
 	}
-	if x.rx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG}); err != nil {
+	if x.rx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
 		return err
 	}
 	return x.h.Do(func() error {
@@ -159,7 +159,7 @@ func (x *host) open(dp *loader.Dataplane, mode loader.Mode, userIDs bool) error 
 			return fmt.Errorf("attach XDP on %s: %w", x.h.Name(), err)
 		}
 		x.ep, err = ep.Open(dp, ep.Attr{Ifname: testbed.LinkName, Local: x.local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
-			Caps: fi.MSG | fi.SOURCE, BindMode: dataplane.BindCopy})
+			Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy})
 		return err
 	})
 }

@@ -42,7 +42,7 @@ type Options struct {
 
 // session is one side's objects.
 type session struct {
-	dp     *loader.Dataplane
+	dp     *loader.Objects
 	att    *loader.Attachment
 	av     *av.AV
 	tx, rx *cq.CQ
@@ -78,14 +78,14 @@ func open(o Options, server bool) (*session, error) {
 		return nil, err
 	}
 	for _, q := range []**cq.CQ{&s.tx, &s.rx} {
-		if *q, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FORMAT_MSG}); err != nil {
+		if *q, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
 			s.close()
 			return nil, err
 		}
 	}
-	caps := fi.MSG | fi.SOURCE
+	caps := fi.Msg | fi.Source
 	if server {
-		caps |= fi.SOURCE_ERR
+		caps |= fi.SourceErr
 	}
 	if s.ep, err = ep.Open(s.dp, ep.Attr{Ifname: o.Iface, Local: o.Local, AV: s.av, TxCQ: s.tx, RxCQ: s.rx, Caps: caps, BusyPoll: o.BusyPoll}); err != nil {
 		s.close()

@@ -20,7 +20,7 @@ type XSK struct {
 // BindXSK opens a UMEM and a socket on h's interface, queue, from inside
 // h's namespace (copy mode: veth has no zero-copy), fills the fill ring, and puts the socket in the given
 // XSKMAP slots of dp. Everything is closed with the test.
-func BindXSK(tb testing.TB, dp *loader.Dataplane, h *testbed.Host, queue int, slots ...uint32) *XSK {
+func BindXSK(tb testing.TB, dp *loader.Objects, h *testbed.Host, queue int, slots ...uint32) *XSK {
 	tb.Helper()
 	u, err := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 1024})
 	if err != nil {
@@ -55,7 +55,7 @@ func BindXSK(tb testing.TB, dp *loader.Dataplane, h *testbed.Host, queue int, sl
 // (BPF_F_TEST_XDP_LIVE_FRAMES), as if f arrived on h's interface, queue
 // 0: redirects really reach bound sockets. It runs inside h's namespace,
 // where the kernel resolves the ingress ifindex.
-func Inject(dp *loader.Dataplane, h *testbed.Host, f []byte, repeat int) error {
+func Inject(dp *loader.Objects, h *testbed.Host, f []byte, repeat int) error {
 	return h.Do(func() error {
 		_, err := dp.Program.Run(&ebpf.RunOptions{
 			Data:    f,

@@ -30,12 +30,12 @@ type Result struct {
 }
 
 // Run feeds frame to the program once, as if it arrived on rx queue 0.
-func Run(dp *loader.Dataplane, f []byte) (Result, error) { return RunQueue(dp, f, bpf.XDPMD{}) }
+func Run(dp *loader.Objects, f []byte) (Result, error) { return RunQueue(dp, f, bpf.XDPMD{}) }
 
 // RunQueue feeds frame to the program once with the given context (the
 // kernel needs IngressIfindex, of a device in the calling thread's network
 // namespace, for any RxQueueIndex but 0).
-func RunQueue(dp *loader.Dataplane, f []byte, ctx bpf.XDPMD) (Result, error) {
+func RunQueue(dp *loader.Objects, f []byte, ctx bpf.XDPMD) (Result, error) {
 	out := make([]byte, len(f)+256)
 	var ctxOut bpf.XDPMD
 	ctx.DataEnd = uint32(len(f))
@@ -62,7 +62,7 @@ func RunQueue(dp *loader.Dataplane, f []byte, ctx bpf.XDPMD) (Result, error) {
 // Translate installs a probe endpoint bound to AV avID (replacing any
 // previous probe), sends the program one datagram from src, and returns
 // the metadata it wrote. known is false when the source is not in the AV.
-func Translate(dp *loader.Dataplane, avID uint32, src netip.AddrPort) (m bpf.Meta, known bool, err error) {
+func Translate(dp *loader.Objects, avID uint32, src netip.AddrPort) (m bpf.Meta, known bool, err error) {
 	local := ProbeLocal4
 	if !src.Addr().Unmap().Is4() {
 		local = ProbeLocal6
