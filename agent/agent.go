@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -17,7 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
-	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
@@ -63,6 +64,8 @@ type Agent struct {
 	clients map[*conn]struct{}
 	serving sync.WaitGroup // connection goroutines, which release endpoints
 
+	handlers map[string]handler // the dispatch table (server.go), one per ctl operation
+
 	ro          []*ebpf.Map          // read-only map handles handed to applications
 	atts        []*loader.Attachment // guarded by mu
 	ln          *net.UnixListener
@@ -82,12 +85,13 @@ func New(cfg Config) (_ *Agent, err error) {
 		cfg.PinRoot = filepath.Join(loader.SysFSBPF, "xdpfab")
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = client.DefaultSocket
+		cfg.Socket = ctl.DefaultSocket
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}, started: time.Now()}
+	a.handlers = a.handlerTable()
 	defer func() {
 		if err != nil {
 			a.close(false)
@@ -310,4 +314,13 @@ func (a *Agent) gc() {
 func processAlive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// buildVersion is the agent's module version as the Go toolchain recorded
+// it ("(devel)" for a build from a work tree).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Path + " " + bi.Main.Version
+	}
+	return "unknown"
 }

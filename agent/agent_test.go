@@ -25,6 +25,7 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
@@ -281,7 +282,7 @@ func TestAgentLifecycle(t *testing.T) {
 	}
 	n.startAgent()
 	out, code = n.cli("av", "list", "--name", "job", "-o", "json")
-	var list client.AVInfo
+	var list ctl.AVInfo
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || list.Entries != 2 || list.List[1].Addr != peer {
 		t.Errorf("after restart: av list %d %s", code, out)
 	}

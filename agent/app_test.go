@@ -18,6 +18,7 @@ import (
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -59,7 +60,7 @@ func TestAppChild(t *testing.T) {
 	tx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	rx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
-	e, err := c.OpenEndpoint(client.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.Msg | fi.Source},
+	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.Msg | fi.Source},
 		ep.Attr{Local: local, Ifname: testbed.LinkName, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg | fi.Source})
 	if err != nil {
 		fail(err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/xdpfab/xdpfab/av"
-	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -38,7 +38,7 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 	return v, nil
 }
 
-func (a *Agent) avCreate(args client.AVCreateArgs) (client.AVInfo, error) {
+func (a *Agent) avCreate(args ctl.AVCreateArgs) (ctl.AVInfo, error) {
 	attr := av.Attr{Name: args.Name, Count: args.Count, RxCtxBits: args.RxCtxBits}
 	switch args.Type {
 	case "", "table":
@@ -46,20 +46,20 @@ func (a *Agent) avCreate(args client.AVCreateArgs) (client.AVInfo, error) {
 	case "map":
 		attr.Type = av.TypeMap
 	default:
-		return client.AVInfo{}, fmt.Errorf("AV type %q: want table or map: %w", args.Type, fi.EINVAL)
+		return ctl.AVInfo{}, fmt.Errorf("AV type %q: want table or map: %w", args.Type, fi.EINVAL)
 	}
 	if args.UserID {
 		attr.Flags |= fi.AVUserID
 	}
 	if args.Name == "" {
-		return client.AVInfo{}, fmt.Errorf("av create: a name is required (the agent holds named AVs only): %w", fi.EINVAL)
+		return ctl.AVInfo{}, fmt.Errorf("av create: a name is required (the agent holds named AVs only): %w", fi.EINVAL)
 	}
 	a.mu.Lock()
 	if a.avs[args.Name] == nil {
 		v, err := av.Open(a.dp, &attr)
 		if err != nil {
 			a.mu.Unlock()
-			return client.AVInfo{}, fmt.Errorf("av create %q: %w", args.Name, err)
+			return ctl.AVInfo{}, fmt.Errorf("av create %q: %w", args.Name, err)
 		}
 		a.avs[args.Name] = v
 	}
@@ -68,29 +68,29 @@ func (a *Agent) avCreate(args client.AVCreateArgs) (client.AVInfo, error) {
 }
 
 // MaxPerCall bounds the addresses of one insert request, so that its reply
-// (an fi_addr and errno each) always fits one message. client.AVInsert
+// (an fi_addr and errno each) always fits one message. ctl.AVInsert
 // splits larger inserts into FI_MORE batches.
 const maxPerCall = 16384
 
 // listPage bounds one page of av.list: an entry is about 130 bytes of JSON.
 const listPage = 4096
 
-func (a *Agent) avInsert(args client.AVInsertArgs) (client.InsertResult, error) {
+func (a *Agent) avInsert(args ctl.AVInsertArgs) (ctl.InsertResult, error) {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
-		return client.InsertResult{}, err
+		return ctl.InsertResult{}, err
 	}
 	if len(args.Addrs) > maxPerCall {
-		return client.InsertResult{}, fmt.Errorf("av insert: %d addresses in one request, at most %d: %w", len(args.Addrs), maxPerCall, fi.EINVAL)
+		return ctl.InsertResult{}, fmt.Errorf("av insert: %d addresses in one request, at most %d: %w", len(args.Addrs), maxPerCall, fi.EINVAL)
 	}
 	if args.UserIDs != nil && len(args.UserIDs) != len(args.Addrs) {
-		return client.InsertResult{}, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(args.UserIDs), len(args.Addrs), fi.EINVAL)
+		return ctl.InsertResult{}, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(args.UserIDs), len(args.Addrs), fi.EINVAL)
 	}
 	addrs := make([]string, len(args.Addrs))
 	for i, s := range args.Addrs {
 		addrs[i] = toAddrStr(s)
 	}
-	r := client.InsertResult{FiAddrs: make([]fi.Addr, len(addrs)), Errnos: make([]fi.Errno, len(addrs))}
+	r := ctl.InsertResult{FiAddrs: make([]fi.Addr, len(addrs)), Errnos: make([]fi.Errno, len(addrs))}
 	flags := args.Flags | fi.SyncErr
 	if args.UserIDs != nil {
 		copy(r.FiAddrs, args.UserIDs)
@@ -99,7 +99,7 @@ func (a *Agent) avInsert(args client.AVInsertArgs) (client.InsertResult, error) 
 	n, err := v.InsertStr(addrs, r.FiAddrs, flags, r.Errnos)
 	r.Inserted = n
 	if err != nil && !partial(err) {
-		return client.InsertResult{}, err
+		return ctl.InsertResult{}, err
 	}
 	return r, nil
 }
@@ -122,26 +122,26 @@ func toAddrStr(s string) string {
 	return s // fails as EADDRNOTAVAIL for that element
 }
 
-func (a *Agent) avInsertSym(args client.AVInsertSymArgs) (client.InsertResult, error) {
+func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs) (ctl.InsertResult, error) {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
-		return client.InsertResult{}, err
+		return ctl.InsertResult{}, err
 	}
 	nodes, svcs := max(args.NodeCnt, 1), max(args.SvcCnt, 1)
 	if nodes > maxPerCall || svcs > maxPerCall || nodes*svcs > maxPerCall {
-		return client.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
+		return ctl.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
 			nodes, svcs, maxPerCall, fi.EINVAL)
 	}
-	r := client.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
+	r := ctl.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
 	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SyncErr, r.Errnos)
 	r.Inserted = n
 	if err != nil && !partial(err) {
-		return client.InsertResult{}, err
+		return ctl.InsertResult{}, err
 	}
 	return r, nil
 }
 
-func (a *Agent) avRemove(args client.AVRemoveArgs) error {
+func (a *Agent) avRemove(args ctl.AVRemoveArgs) error {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return err
@@ -149,44 +149,44 @@ func (a *Agent) avRemove(args client.AVRemoveArgs) error {
 	return v.Remove(args.FiAddrs, 0)
 }
 
-func (a *Agent) avLookup(args client.AVLookupArgs) (client.AVEntry, error) {
+func (a *Agent) avLookup(args ctl.AVLookupArgs) (ctl.AVEntry, error) {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
-		return client.AVEntry{}, err
+		return ctl.AVEntry{}, err
 	}
 	x, err := v.EntryAt(args.FiAddr)
 	if err != nil {
-		return client.AVEntry{}, err
+		return ctl.AVEntry{}, err
 	}
 	return toEntry(x), nil
 }
 
-func toEntry(x av.Entry) client.AVEntry {
-	return client.AVEntry{FiAddr: x.Addr, Addr: x.Peer, Str: fi.FormatAddrStr(x.Peer), UserID: x.UserID, Refs: x.Refs}
+func toEntry(x av.Entry) ctl.AVEntry {
+	return ctl.AVEntry{FiAddr: x.Addr, Addr: x.Peer, Str: fi.FormatAddrStr(x.Peer), UserID: x.UserID, Refs: x.Refs}
 }
 
 // avInfo describes a named AV without its entries.
-func (a *Agent) avInfo(name string) (client.AVInfo, error) {
+func (a *Agent) avInfo(name string) (ctl.AVInfo, error) {
 	v, err := a.namedAV(name)
 	if err != nil {
-		return client.AVInfo{}, err
+		return ctl.AVInfo{}, err
 	}
 	return describe(name, v)
 }
 
-func describe(name string, v *av.AV) (client.AVInfo, error) {
+func describe(name string, v *av.AV) (ctl.AVInfo, error) {
 	attr := v.Attr()
-	info := client.AVInfo{Name: name, ID: v.ID(), Type: strings.ToLower(strings.TrimPrefix(attr.Type.String(), "FI_AV_")), Flags: attr.Flags}
+	info := ctl.AVInfo{Name: name, ID: v.ID(), Type: strings.ToLower(strings.TrimPrefix(attr.Type.String(), "FI_AV_")), Flags: attr.Flags}
 	var err error
 	info.Entries, err = v.Len()
 	return info, err
 }
 
-// avList is one page of an AV's entries (client.AVList fetches them all).
-func (a *Agent) avList(args client.AVListArgs) (client.AVInfo, error) {
+// avList is one page of an AV's entries (ctl.AVList fetches them all).
+func (a *Agent) avList(args ctl.AVListArgs) (ctl.AVInfo, error) {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
-		return client.AVInfo{}, err
+		return ctl.AVInfo{}, err
 	}
 	info, err := describe(args.Name, v)
 	if err != nil {
@@ -208,7 +208,7 @@ func (a *Agent) avList(args client.AVListArgs) (client.AVInfo, error) {
 	return info, nil
 }
 
-func (a *Agent) avStrAddr(args client.StrAddrArgs) (string, error) {
+func (a *Agent) avStrAddr(args ctl.StrAddrArgs) (string, error) {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return "", err
@@ -221,7 +221,7 @@ func (a *Agent) avStrAddr(args client.StrAddrArgs) (string, error) {
 	return string(buf[:min(n, len(buf))-1]), nil
 }
 
-func (a *Agent) avSetUserID(args client.AVSetUserIDArgs) error {
+func (a *Agent) avSetUserID(args ctl.AVSetUserIDArgs) error {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return err

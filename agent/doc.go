@@ -9,5 +9,5 @@
 // keeps flowing while no agent runs. On SIGTERM it leaves the link attached
 // unless told to detach.
 //
-// The control protocol and its Go client are in package client.
+// The control protocol is package ctl; its Go client is package client.
 package agent

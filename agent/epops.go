@@ -6,31 +6,31 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
-	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// clientEP is an endpoint the agent prepared for a client.
+// clientEP is an endpoint the agent prepared for a ctl.
 type clientEP struct {
 	p      *ep.Prepared
 	local  string
 	pid    int32
-	report *client.EPReportArgs // the application's latest CQ statistics
+	report *ctl.EPReportArgs // the application's latest CQ statistics
 }
 
 // epOpen prepares an endpoint for the client and hands its descriptors
 // over; the connection owns it from then on.
-func (a *Agent) epOpen(cn *conn, args client.EPOpenArgs) (any, []int, error) {
+func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (ctl.EPOpenResult, []int, error) {
 	local, err := netip.ParseAddrPort(args.Local)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ep open: local address %q: %w", args.Local, fi.EINVAL)
+		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: local address %q: %w", args.Local, fi.EINVAL)
 	}
 	v, err := a.namedAV(args.AV)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ep open: %w", err)
+		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %w", err)
 	}
 	p, err := ep.Prepare(a.dp, ep.Attr{
 		Ifname: args.Iface, Local: local, AV: v, Caps: args.Caps, RxContexts: args.RxContexts, Queues: args.Queues,
@@ -38,13 +38,13 @@ func (a *Agent) epOpen(cn *conn, args client.EPOpenArgs) (any, []int, error) {
 		BindMode: a.cfg.BindMode, Logger: a.log,
 	})
 	if err != nil {
-		return nil, nil, err
+		return ctl.EPOpenResult{}, nil, err
 	}
 	info, fds := p.Handover()
-	if len(fds) > client.MaxFDs {
+	if len(fds) > ctl.MaxFDs {
 		p.Close()
-		return nil, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
-			info.RxContexts, info.Queues, len(fds), client.MaxFDs, fi.EINVAL)
+		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
+			info.RxContexts, info.Queues, len(fds), ctl.MaxFDs, fi.EINVAL)
 	}
 	e := &clientEP{p: p, local: args.Local}
 	if cn.cred != nil {
@@ -54,7 +54,7 @@ func (a *Agent) epOpen(cn *conn, args client.EPOpenArgs) (any, []int, error) {
 	cn.eps = append(cn.eps, e)
 	cn.mu.Unlock()
 	a.log.Info("endpoint prepared", "id", info.ID, "local", args.Local, "iface", args.Iface, "pid", e.pid)
-	return client.EPOpenResult{Handover: info}, fds, nil
+	return ctl.EPOpenResult{Handover: info}, fds, nil
 }
 
 func (a *Agent) epClose(cn *conn, id uint32) error {
@@ -71,7 +71,7 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 }
 
 // epReport records an application's CQ statistics.
-func (a *Agent) epReport(cn *conn, r client.EPReportArgs) error {
+func (a *Agent) epReport(cn *conn, r ctl.EPReportArgs) error {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	for _, e := range cn.eps {
@@ -99,7 +99,7 @@ func (a *Agent) releaseClient(cn *conn) {
 
 // neighUse makes the kernel resolve (or re-verify) a next hop for an
 // application's endpoint, which may not send NTF_USE itself.
-func (a *Agent) neighUse(args client.NeighUseArgs) error {
+func (a *Agent) neighUse(args ctl.NeighUseArgs) error {
 	if !args.IP.IsValid() || args.IP.IsUnspecified() || args.IP.IsMulticast() {
 		return fmt.Errorf("neigh use: address %v: %w", args.IP, fi.EINVAL)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
@@ -25,35 +26,13 @@ import (
 // metrics scrapes, AV changes and a detach run concurrently, then it stops.
 // Also the request bounds: replies always fit one message.
 func TestAgentInProcess(t *testing.T) {
-	testutil.RequirePrivileged(t)
-	bed := testbed.New(t, testbed.Options{})
-	dir := t.TempDir()
-	root := filepath.Join(dir, "bpffs")
-	t.Cleanup(func() { loader.UnmountBPFFS(root) })
-	var a *agent.Agent
-	err := bed.A.Do(func() (err error) {
-		a, err = agent.New(agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: filepath.Join(dir, "s"),
-			MetricsAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	c, err := client.Dial(filepath.Join(dir, "s"))
+	a, bed, sock := inProcessAgent(t)
+	c, err := client.Dial(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.AVCreate(client.AVCreateArgs{Name: "big"}); err != nil {
+	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "big"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -76,7 +55,7 @@ func TestAgentInProcess(t *testing.T) {
 		}
 	})
 	wg.Go(func() { // status from a second connection
-		c2, err := client.Dial(filepath.Join(dir, "s"))
+		c2, err := client.Dial(sock)
 		if err != nil {
 			t.Error(err)
 			return
@@ -100,7 +79,7 @@ func TestAgentInProcess(t *testing.T) {
 	for i := range addrs {
 		addrs[i] = fmt.Sprintf("198.19.%d.%d:%d", i/250, i%250+1, 7000+i%3)
 	}
-	r, err := c.AVInsert(client.AVInsertArgs{Name: "big", Addrs: addrs})
+	r, err := c.AVInsert(ctl.AVInsertArgs{Name: "big", Addrs: addrs})
 	if err != nil || r.Inserted != len(addrs) {
 		t.Fatalf("insert: %d %v", r.Inserted, err)
 	}
@@ -109,7 +88,7 @@ func TestAgentInProcess(t *testing.T) {
 		t.Errorf("list: %d entries %v", len(list.List), err)
 	}
 	// Too many in one request: refused before anything changes.
-	if _, err := c.AVInsertSym(client.AVInsertSymArgs{Name: "big", Node: "198.18.0.1", NodeCnt: 300, Service: "1000", SvcCnt: 300}); !errors.Is(err, fi.EINVAL) {
+	if _, err := c.AVInsertSym(ctl.AVInsertSymArgs{Name: "big", Node: "198.18.0.1", NodeCnt: 300, Service: "1000", SvcCnt: 300}); !errors.Is(err, fi.EINVAL) {
 		t.Errorf("insertsym of 90,000: %v", err)
 	}
 	if info, _ := c.AVList("big"); info.Entries != len(addrs) {
@@ -121,4 +100,35 @@ func TestAgentInProcess(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+}
+
+// inProcessAgent runs an agent in this process on a new bed's side A, until
+// the test ends; it returns the agent, the bed and the control socket.
+func inProcessAgent(t *testing.T) (*agent.Agent, *testbed.Bed, string) {
+	t.Helper()
+	testutil.RequirePrivileged(t)
+	bed := testbed.New(t, testbed.Options{})
+	dir := t.TempDir()
+	root := filepath.Join(dir, "bpffs")
+	sock := filepath.Join(dir, "s")
+	t.Cleanup(func() { loader.UnmountBPFFS(root) })
+	var a *agent.Agent
+	err := bed.A.Do(func() (err error) {
+		a, err = agent.New(agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: sock,
+			MetricsAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return a, bed, sock
 }

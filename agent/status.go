@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
-	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
 )
@@ -25,22 +25,22 @@ func (a *Agent) stats() (map[string]uint64, error) {
 
 // status describes the node; withCounters adds the XDP counters (the
 // metrics collector reads them per interface instead).
-func (a *Agent) status(withCounters bool) (client.Status, error) {
-	s := client.Status{PinRoot: a.cfg.PinRoot, Restarts: a.restarts}
+func (a *Agent) status(withCounters bool) (ctl.Status, error) {
+	s := ctl.Status{PinRoot: a.cfg.PinRoot, Restarts: a.restarts}
 	for _, att := range a.attachments() {
-		s.Attachments = append(s.Attachments, client.Attachment{Iface: att.Ifname, Ifindex: att.Ifindex, Mode: att.Mode.String(), Adopted: att.Adopted})
+		s.Attachments = append(s.Attachments, ctl.Attachment{Iface: att.Ifname, Ifindex: att.Ifindex, Mode: att.Mode.String(), Adopted: att.Adopted})
 	}
 	var k bpf.EPKey
 	var v bpf.EPVal
 	for it := a.dp.EP.Iterate(); it.Next(&k, &v); {
-		s.Endpoints = append(s.Endpoints, client.EndpointInfo{
+		s.Endpoints = append(s.Endpoints, ctl.EndpointInfo{
 			ID: v.EpId, Local: k.Local.AddrPort().String(), AVID: v.AvId, XSKBase: v.XskBase,
 			RxCtxs: int(v.RxCtxs), Queues: int(v.Queues), Policy: policyName(bpf.Policy(v.Policy)),
 			OwnerPID: a.endpointOwner(v.EpId),
 		})
 	}
 	sort.Slice(s.Endpoints, func(i, j int) bool { return s.Endpoints[i].ID < s.Endpoints[j].ID })
-	s.Maps = []client.MapUsage{
+	s.Maps = []ctl.MapUsage{
 		{Name: bpf.MapAV, MaxEntries: a.dp.AV.MaxEntries(), Entries: count[bpf.AVKey, bpf.AVVal](a.dp.AV)},
 		{Name: bpf.MapAVRev, MaxEntries: a.dp.AVRev.MaxEntries(), Entries: count[bpf.RevKey, bpf.RevVal](a.dp.AVRev)},
 		{Name: bpf.MapAuthKey, MaxEntries: a.dp.AuthKey.MaxEntries(), Entries: count[bpf.RevKey, bpf.AuthKeyVal](a.dp.AuthKey)},

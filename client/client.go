@@ -6,24 +6,30 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
 )
 
 // Client is a connection to the agent. Its methods are safe for
 // concurrent use; calls are serialised on the connection.
 type Client struct {
-	mu   sync.Mutex
-	c    *net.UnixConn
-	next uint64
-	buf  []byte
+	mu    sync.Mutex
+	c     *net.UnixConn
+	next  uint64
+	buf   []byte
+	agent ctl.HelloResult
 }
 
-// Dial connects to the agent's socket (DefaultSocket when path is empty).
+// Dial connects to the agent's socket (ctl.DefaultSocket when path is
+// empty) and runs the version handshake: an agent of another protocol
+// version is an error wrapping fi.ENOPROTOOPT.
 func Dial(path string) (*Client, error) {
 	if path == "" {
-		path = DefaultSocket
+		path = ctl.DefaultSocket
 	}
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
@@ -35,45 +41,73 @@ func Dial(path string) (*Client, error) {
 		}
 		return nil, fmt.Errorf("connect to the xdpfab agent at %s: %w", path, err)
 	}
-	return &Client{c: c, buf: make([]byte, MaxMessage)}, nil
+	cl := &Client{c: c, buf: make([]byte, ctl.MaxMessage)}
+	if err := cl.hello(ctl.Version); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return cl, nil
 }
+
+// hello runs the handshake, announcing version.
+func (c *Client) hello(version int) error {
+	r, _, err := call(c, ctl.OpHello, ctl.HelloArgs{Version: version, Client: filepath.Base(os.Args[0])})
+	if err != nil {
+		if errors.Is(err, fi.ENOSYS) {
+			// An agent from before the handshake does not know the op.
+			return fmt.Errorf("the xdpfab agent predates control protocol version %d (it does not know %q); upgrade the agent: %w",
+				ctl.Version, ctl.OpHello.Name(), fi.ENOPROTOOPT)
+		}
+		return fmt.Errorf("handshake with the xdpfab agent: %w", err)
+	}
+	if err := ctl.CheckVersion("agent", r.Version); err != nil {
+		return err
+	}
+	c.agent = r
+	return nil
+}
+
+// Agent returns what the agent said of itself in the handshake.
+func (c *Client) Agent() ctl.HelloResult { return c.agent }
 
 // Close closes the connection; the agent releases what it owned.
 func (c *Client) Close() error { return c.c.Close() }
 
-// Call sends op with args and decodes the result into result (if not nil).
-// File descriptors the response carries are returned; the caller owns them.
+// Call sends one request of operation op with args (marshalled as JSON,
+// nil for none) and decodes the result into result (if not nil). File
+// descriptors the response carries are returned; the caller owns them.
+// Typed callers use the ctl.Op values through the Client's methods; Call
+// is the untyped form, for tools and tests.
 func (c *Client) Call(op string, args, result any) ([]int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
-	req := Request{ID: c.next, Op: op}
+	req := ctl.Request{ID: c.next, Op: op}
 	if args != nil {
 		b, err := json.Marshal(args)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: encode arguments: %v: %w", op, err, fi.EINVAL)
 		}
 		req.Args = b
 	}
-	if err := WriteMsg(c.c, &req, nil); err != nil {
+	if err := ctl.WriteMsg(c.c, &req, nil); err != nil {
 		return nil, fmt.Errorf("%s: send to agent: %w", op, err)
 	}
-	var resp Response
-	fds, err := ReadMsg(c.c, c.buf, &resp)
+	var resp ctl.Response
+	fds, err := ctl.ReadMsg(c.c, c.buf, &resp)
 	if err != nil {
 		return nil, fmt.Errorf("%s: agent reply: %w", op, err)
 	}
-	// ID 0: the agent could not read the request, so it could not name it.
-	if resp.ID != req.ID && !(resp.ID == 0 && resp.Errno != 0) {
+	if resp.ID != req.ID && (resp.ID != 0 || resp.Errno == 0) {
 		closeAll(fds)
 		return nil, fmt.Errorf("%s: reply %d to request %d: %w", op, resp.ID, req.ID, fi.EIO)
 	}
-	if err := errorFrom(&resp); err != nil {
+	if err := resp.Err(); err != nil {
 		closeAll(fds)
 		return nil, err
 	}
-	if result != nil && len(resp.Result) > 0 {
-		if err := json.Unmarshal(resp.Result, result); err != nil {
+	if result != nil {
+		if err := ctl.Decode(resp.Result, result); err != nil {
 			closeAll(fds)
 			return nil, fmt.Errorf("%s: decode reply: %w", op, err)
 		}
@@ -81,34 +115,44 @@ func (c *Client) Call(op string, args, result any) ([]int, error) {
 	return fds, nil
 }
 
-func (c *Client) call(op string, args, result any) error {
-	fds, err := c.Call(op, args, result)
+// call runs one typed operation and returns its result and descriptors.
+func call[A, R any](c *Client, op ctl.Op[A, R], args A) (R, []int, error) {
+	var r R
+	var a any = args
+	if _, none := a.(ctl.None); none {
+		a = nil
+	}
+	fds, err := c.Call(op.Name(), a, &r)
+	return r, fds, err
+}
+
+// do runs one typed operation that carries no descriptors back.
+func do[A, R any](c *Client, op ctl.Op[A, R], args A) (R, error) {
+	r, fds, err := call(c, op, args)
 	closeAll(fds)
-	return err
+	return r, err
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // Status returns the agent's view of the node.
-func (c *Client) Status() (Status, error) {
-	var s Status
-	return s, c.call(OpStatus, nil, &s)
-}
+func (c *Client) Status() (ctl.Status, error) { return do(c, ctl.OpStatus, ctl.None{}) }
 
 // Stats returns the XDP counters summed over CPUs, by name.
-func (c *Client) Stats() (map[string]uint64, error) {
-	var s map[string]uint64
-	return s, c.call(OpStats, nil, &s)
-}
+func (c *Client) Stats() (map[string]uint64, error) { return do(c, ctl.OpStats, ctl.None{}) }
 
 // Detach removes the XDP program from iface.
 func (c *Client) Detach(iface string) error {
-	return c.call(OpDetach, DetachArgs{Iface: iface}, nil)
+	_, err := do(c, ctl.OpDetach, ctl.DetachArgs{Iface: iface})
+	return err
 }
 
 // AVCreate opens or creates the named AV.
-func (c *Client) AVCreate(a AVCreateArgs) (AVInfo, error) {
-	var info AVInfo
-	return info, c.call(OpAVCreate, a, &info)
-}
+func (c *Client) AVCreate(a ctl.AVCreateArgs) (ctl.AVInfo, error) { return do(c, ctl.OpAVCreate, a) }
 
 // insertBatch bounds addresses per request (about 60 bytes each with a
 // user ID), well inside a default socket buffer; larger inserts go in
@@ -117,8 +161,11 @@ const insertBatch = 2048
 
 // AVInsert inserts addresses into the named AV. Like fi_av_insert it
 // reports per address; err is only for the call as a whole.
-func (c *Client) AVInsert(a AVInsertArgs) (InsertResult, error) {
-	var out InsertResult
+func (c *Client) AVInsert(a ctl.AVInsertArgs) (ctl.InsertResult, error) {
+	var out ctl.InsertResult
+	if a.UserIDs != nil && len(a.UserIDs) != len(a.Addrs) {
+		return out, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(a.UserIDs), len(a.Addrs), fi.EINVAL)
+	}
 	for start := 0; start < len(a.Addrs) || start == 0; start += insertBatch {
 		end := min(start+insertBatch, len(a.Addrs))
 		part := a
@@ -129,8 +176,8 @@ func (c *Client) AVInsert(a AVInsertArgs) (InsertResult, error) {
 		if end < len(a.Addrs) {
 			part.Flags |= fi.More
 		}
-		var r InsertResult
-		if err := c.call(OpAVInsert, part, &r); err != nil {
+		r, err := do(c, ctl.OpAVInsert, part)
+		if err != nil {
 			return out, err
 		}
 		out.FiAddrs = append(out.FiAddrs, r.FiAddrs...)
@@ -144,28 +191,27 @@ func (c *Client) AVInsert(a AVInsertArgs) (InsertResult, error) {
 }
 
 // AVInsertSym is fi_av_insertsym (and insertsvc with counts of 1).
-func (c *Client) AVInsertSym(a AVInsertSymArgs) (InsertResult, error) {
-	var out InsertResult
-	return out, c.call(OpAVInsertSym, a, &out)
+func (c *Client) AVInsertSym(a ctl.AVInsertSymArgs) (ctl.InsertResult, error) {
+	return do(c, ctl.OpAVInsertSym, a)
 }
 
 // AVRemove removes fi_addrs.
 func (c *Client) AVRemove(name string, addrs []fi.Addr) error {
-	return c.call(OpAVRemove, AVRemoveArgs{Name: name, FiAddrs: addrs}, nil)
+	_, err := do(c, ctl.OpAVRemove, ctl.AVRemoveArgs{Name: name, FiAddrs: addrs})
+	return err
 }
 
 // AVLookup returns one entry.
-func (c *Client) AVLookup(name string, fa fi.Addr) (AVEntry, error) {
-	var e AVEntry
-	return e, c.call(OpAVLookup, AVLookupArgs{Name: name, FiAddr: fa}, &e)
+func (c *Client) AVLookup(name string, fa fi.Addr) (ctl.AVEntry, error) {
+	return do(c, ctl.OpAVLookup, ctl.AVLookupArgs{Name: name, FiAddr: fa})
 }
 
 // AVList returns the AV and all its entries, fetched a page at a time.
-func (c *Client) AVList(name string) (AVInfo, error) {
-	var all AVInfo
+func (c *Client) AVList(name string) (ctl.AVInfo, error) {
+	var all ctl.AVInfo
 	for {
-		var page AVInfo
-		if err := c.call(OpAVList, AVListArgs{Name: name, Offset: len(all.List)}, &page); err != nil {
+		page, err := do(c, ctl.OpAVList, ctl.AVListArgs{Name: name, Offset: len(all.List)})
+		if err != nil {
 			return all, err
 		}
 		list := append(all.List, page.List...)
@@ -178,16 +224,17 @@ func (c *Client) AVList(name string) (AVInfo, error) {
 
 // AVStrAddr formats a raw address as the AV would (fi_av_straddr).
 func (c *Client) AVStrAddr(name string, raw []byte) (string, error) {
-	var s string
-	return s, c.call(OpAVStrAddr, StrAddrArgs{Name: name, Addr: raw}, &s)
+	return do(c, ctl.OpAVStrAddr, ctl.StrAddrArgs{Name: name, Addr: raw})
 }
 
 // AVSetUserID sets the user ID of an entry.
 func (c *Client) AVSetUserID(name string, fa, id fi.Addr) error {
-	return c.call(OpAVSetUserID, AVSetUserIDArgs{Name: name, FiAddr: fa, UserID: id}, nil)
+	_, err := do(c, ctl.OpAVSetUserID, ctl.AVSetUserIDArgs{Name: name, FiAddr: fa, UserID: id})
+	return err
 }
 
 // AVDestroy removes a named AV and its entries.
 func (c *Client) AVDestroy(name string) error {
-	return c.call(OpAVDestroy, AVNameArgs{Name: name}, nil)
+	_, err := do(c, ctl.OpAVDestroy, ctl.AVNameArgs{Name: name})
+	return err
 }

@@ -1,13 +1,15 @@
 // Package client talks to the xdpfab node agent (`xdpfab agent`) over its
-// Unix control socket. Applications without privileges use it to manage
-// named address vectors and to open endpoints whose sockets the agent
-// creates; the CLI uses it for everything it asks of the agent.
+// Unix control socket, in the protocol of package ctl. Applications without
+// privileges use it to manage named address vectors and to open endpoints
+// whose sockets the agent creates (OpenEndpoint: the agent prepares, the
+// application runs the data path); the xdpfab command uses it for
+// everything it asks of the agent.
 //
-// The protocol is one JSON request per SOCK_SEQPACKET message and one JSON
-// response per request, in order, with file descriptors (AF_XDP sockets,
-// UMEM memory) attached as SCM_RIGHTS where a response carries them. Errors
-// travel as libfabric errno values and come back as errors wrapping
-// fi.Errno, so errors.Is(err, fi.EBUSY) works across the socket.
+// Dial runs ctl's version handshake, so a client and an agent of different
+// protocol versions fail at connect with fi.ENOPROTOOPT instead of
+// misreading each other. Errors the agent reports come back as
+// *ctl.RemoteError wrapping fi.Errno, so errors.Is(err, fi.EBUSY) works
+// across the socket.
 //
 // Who may connect is decided by the socket file's owner, group and mode;
 // the agent also records each peer's credentials (SO_PEERCRED) and releases

@@ -7,15 +7,11 @@ import (
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
 )
-
-// EPOpenResult is the agent's answer to ep.open, next to the descriptors.
-type EPOpenResult struct {
-	Handover ep.HandoverInfo `json:"handover"`
-}
 
 // OpenEndpoint has the agent prepare an endpoint on req.Iface (its
 // sockets, UMEM and XDP registration) and runs its data path in this
@@ -23,9 +19,8 @@ type EPOpenResult struct {
 // AV (OpenAV gives a read-only view of req.AV), the CQs and the rest; its
 // Local must equal req.Local. The endpoint ends when closed or when the
 // connection does.
-func (c *Client) OpenEndpoint(req EPOpenArgs, attr ep.Attr) (*ep.Endpoint, error) {
-	var r EPOpenResult
-	fds, err := c.Call(OpEPOpen, req, &r)
+func (c *Client) OpenEndpoint(req ctl.EPOpenArgs, attr ep.Attr) (*ep.Endpoint, error) {
+	r, fds, err := call(c, ctl.OpEPOpen, req)
 	if err != nil {
 		return nil, err
 	}
@@ -33,12 +28,13 @@ func (c *Client) OpenEndpoint(req EPOpenArgs, attr ep.Attr) (*ep.Endpoint, error
 	e, err := ep.Adopt(r.Handover, fds, ep.AdoptAttr{
 		Attr: attr,
 		NeighUse: func(ifindex int, ip netip.Addr) error {
-			return c.call(OpNeighUse, NeighUseArgs{Ifindex: ifindex, IP: ip}, nil)
+			_, err := do(c, ctl.OpNeighUse, ctl.NeighUseArgs{Ifindex: ifindex, IP: ip})
+			return err
 		},
-		Release: func() error { return c.call(OpEPClose, EPCloseArgs{ID: id}, nil) },
+		Release: func() error { return c.epClose(id) },
 	})
 	if err != nil {
-		c.call(OpEPClose, EPCloseArgs{ID: id}, nil)
+		c.epClose(id)
 		return nil, fmt.Errorf("ep open: %w", err)
 	}
 	go c.report(e, id, attr.TxCQ, firstRx(attr))
@@ -57,10 +53,15 @@ func (c *Client) report(e *ep.Endpoint, id uint32, tx, rx *cq.CQ) {
 		if e.Closed() {
 			return
 		}
-		if err := c.call(OpEPReport, EPReportArgs{ID: id, TX: tx.Stats(), RX: rx.Stats()}, nil); err != nil {
+		if _, err := do(c, ctl.OpEPReport, ctl.EPReportArgs{ID: id, TX: tx.Stats(), RX: rx.Stats()}); err != nil {
 			return // the connection or the endpoint is gone
 		}
 	}
+}
+
+func (c *Client) epClose(id uint32) error {
+	_, err := do(c, ctl.OpEPClose, ctl.EPCloseArgs{ID: id})
+	return err
 }
 
 func firstRx(a ep.Attr) *cq.CQ {
@@ -73,9 +74,9 @@ func firstRx(a ep.Attr) *cq.CQ {
 // OpenAV opens a read-only view of the node's named AV on map descriptors
 // the agent hands over, for endpoints to resolve destinations and for
 // lookups without a round trip to the agent. Writes go through the agent
-// (AVInsert, AVRemove, ...). Close the Dataplane after the AV.
+// (AVInsert, AVRemove, ...). Close the Objects after the AV.
 func (c *Client) OpenAV(name string) (*loader.Objects, *av.AV, error) {
-	fds, err := c.Call(OpMapsOpen, nil, nil)
+	_, fds, err := call(c, ctl.OpMapsOpen, ctl.None{})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/xdpfab/xdpfab/agent"
-	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -34,7 +34,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 	fs.Var(&ifaces, "iface", "interface to attach to (repeat for several)")
 	mode := fs.String("mode", "native", "XDP attach mode: native or generic")
 	pinRoot := fs.String("pin-root", envDefault("XDPFAB_PIN_ROOT", "/sys/fs/bpf/xdpfab"), "bpffs directory holding the pinned maps and links")
-	socket := fs.String("socket", envDefault("XDPFAB_SOCKET", client.DefaultSocket), "control socket path")
+	socket := fs.String("socket", envDefault("XDPFAB_SOCKET", ctl.DefaultSocket), "control socket path")
 	group := fs.String("socket-group", "", "group (name or number) allowed to use the control socket (mode 0660); default: root only")
 	metrics := fs.String("metrics", "127.0.0.1:9464", "address for Prometheus /metrics; empty disables")
 	logFormat := fs.String("log-format", "text", "log format: text or json")

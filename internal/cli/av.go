@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -69,7 +70,7 @@ func avCreate(fs *flag.FlagSet, name *string) agentRun {
 			return err
 		}
 		return e.call(func(c *client.Client) error {
-			info, err := c.AVCreate(client.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count})
+			info, err := c.AVCreate(ctl.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count})
 			if err != nil {
 				return err
 			}
@@ -87,7 +88,7 @@ func avInsert(fs *flag.FlagSet, name *string) agentRun {
 		if len(args) == 0 {
 			return usagef("no addresses")
 		}
-		req := client.AVInsertArgs{Name: *name, Addrs: args}
+		req := ctl.AVInsertArgs{Name: *name, Addrs: args}
 		if *userIDs != "" {
 			ids, err := parseAddrList(*userIDs)
 			if err != nil {
@@ -110,7 +111,7 @@ func avInsert(fs *flag.FlagSet, name *string) agentRun {
 
 // insertResult prints per-address results and fails (with the first
 // failure's errno) when not all went in.
-func (e *env) insertResult(addrs []string, r client.InsertResult) error {
+func (e *env) insertResult(addrs []string, r ctl.InsertResult) error {
 	type row struct {
 		Addr   string  `json:"addr"`
 		FiAddr fi.Addr `json:"fi_addr"`
@@ -152,7 +153,7 @@ func avInsertSvc(e *env, name string, args []string) error {
 		return usagef("want NODE SERVICE")
 	}
 	return e.call(func(c *client.Client) error {
-		r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: 1, Service: args[1], SvcCnt: 1})
+		r, err := c.AVInsertSym(ctl.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: 1, Service: args[1], SvcCnt: 1})
 		if err != nil {
 			return err
 		}
@@ -170,7 +171,7 @@ func avInsertSym(e *env, name string, args []string) error {
 		return usagef("NODECNT and SVCCNT are numbers")
 	}
 	return e.call(func(c *client.Client) error {
-		r, err := c.AVInsertSym(client.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: nodes, Service: args[2], SvcCnt: svcs})
+		r, err := c.AVInsertSym(ctl.AVInsertSymArgs{Name: name, Node: args[0], NodeCnt: nodes, Service: args[2], SvcCnt: svcs})
 		if err != nil {
 			return err
 		}

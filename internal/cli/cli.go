@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -58,7 +59,7 @@ func agentCmd(name, args, short, long string, setup func(fs *flag.FlagSet) agent
 	register(command{name: name, args: args, short: short, long: long,
 		run: func(ctx context.Context, e *env, argv []string) error {
 			fs := flags(e, name, args, long)
-			fs.StringVar(&e.socket, "socket", envDefault("XDPFAB_SOCKET", client.DefaultSocket), "the agent's control socket")
+			fs.StringVar(&e.socket, "socket", envDefault("XDPFAB_SOCKET", ctl.DefaultSocket), "the agent's control socket")
 			o := fs.String("o", "text", "output format: text or json")
 			run := setup(fs)
 			if err := parse(fs, argv); err != nil {

@@ -1,61 +1,81 @@
-package client
+package ctl
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"net"
 	"net/netip"
 
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
-	"golang.org/x/sys/unix"
 )
 
-// DefaultSocket is where the agent listens unless told otherwise.
-const DefaultSocket = "/run/xdpfab/agent.sock"
+// Op is one operation: its name on the wire and, as type parameters, the
+// types of its arguments (A) and result (R). Operations without arguments
+// or result use None.
+type Op[A, R any] struct{ name string }
 
-// MaxFDs is the most descriptors one message carries (the kernel's
-// SCM_MAX_FD).
-const MaxFDs = 253
+// Name is the operation's name on the wire ("av.insert").
+func (o Op[A, R]) Name() string { return o.name }
 
-// MaxMessage bounds one protocol message. A SEQPACKET message must also fit
-// its sender's socket buffer: the agent raises its own to hold MaxMessage
-// (SO_SNDBUFFORCE); a client's stays at the system default (about 208 KiB
-// here), which is why large AV inserts go in batches of insertBatch.
-const MaxMessage = 1 << 20
+// None is the argument or result of an operation that has none.
+type None struct{}
 
-// Request is one call.
-type Request struct {
-	ID   uint64          `json:"id"`
-	Op   string          `json:"op"`
-	Args json.RawMessage `json:"args,omitempty"`
+var ops []string
+
+func op[A, R any](name string) Op[A, R] {
+	ops = append(ops, name)
+	return Op[A, R]{name}
 }
 
-// Response answers the Request with the same ID.
-type Response struct {
-	ID     uint64          `json:"id"`
-	Errno  int             `json:"errno,omitempty"`
-	Error  string          `json:"error,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
-}
+// Ops returns the names of every operation, in declaration order.
+func Ops() []string { return append([]string(nil), ops...) }
 
-// Operations.
-const (
-	OpStatus      = "status"
-	OpStats       = "stats"
-	OpDetach      = "detach"
-	OpAVCreate    = "av.create"
-	OpAVInsert    = "av.insert"
-	OpAVInsertSym = "av.insertsym"
-	OpAVRemove    = "av.remove"
-	OpAVLookup    = "av.lookup"
-	OpAVList      = "av.list"
-	OpAVStrAddr   = "av.straddr"
-	OpAVSetUserID = "av.set-user-id"
-	OpAVDestroy   = "av.destroy"
-	OpEPOpen      = "ep.open"
-	OpEPClose     = "ep.close"
+// The operations.
+var (
+	// OpHello opens a connection: the version handshake.
+	OpHello = op[HelloArgs, HelloResult]("hello")
+
+	// OpStatus returns the agent's view of the node.
+	OpStatus = op[None, Status]("status")
+	// OpStats returns the XDP counters summed over CPUs and interfaces, by
+	// name.
+	OpStats = op[None, map[string]uint64]("stats")
+	// OpDetach removes the XDP program from an interface.
+	OpDetach = op[DetachArgs, None]("detach")
+
+	// OpAVCreate opens or creates a named AV in the agent.
+	OpAVCreate = op[AVCreateArgs, AVInfo]("av.create")
+	// OpAVInsert is fi_av_insert (and fi_av_insertsvc's addresses) on a
+	// named AV.
+	OpAVInsert = op[AVInsertArgs, InsertResult]("av.insert")
+	// OpAVInsertSym is fi_av_insertsym.
+	OpAVInsertSym = op[AVInsertSymArgs, InsertResult]("av.insertsym")
+	// OpAVRemove is fi_av_remove.
+	OpAVRemove = op[AVRemoveArgs, None]("av.remove")
+	// OpAVLookup is fi_av_lookup.
+	OpAVLookup = op[AVLookupArgs, AVEntry]("av.lookup")
+	// OpAVList returns one page of an AV's entries.
+	OpAVList = op[AVListArgs, AVInfo]("av.list")
+	// OpAVStrAddr is fi_av_straddr.
+	OpAVStrAddr = op[StrAddrArgs, string]("av.straddr")
+	// OpAVSetUserID is fi_av_set_user_id.
+	OpAVSetUserID = op[AVSetUserIDArgs, None]("av.set-user-id")
+	// OpAVDestroy removes a named AV and its entries.
+	OpAVDestroy = op[AVNameArgs, None]("av.destroy")
+
+	// OpEPOpen prepares an endpoint for the caller; the reply carries the
+	// UMEM memfd and the sockets' descriptors (ep.HandoverInfo's order).
+	OpEPOpen = op[EPOpenArgs, EPOpenResult]("ep.open")
+	// OpEPClose releases an endpoint the caller opened.
+	OpEPClose = op[EPCloseArgs, None]("ep.close")
+	// OpEPReport carries an application endpoint's CQ statistics to the
+	// agent for its metrics.
+	OpEPReport = op[EPReportArgs, None]("ep.report")
+	// OpMapsOpen returns read-only descriptors of the node's maps
+	// (loader.ReadOnlyMaps order): how an application reads named AVs when
+	// it cannot reach the pins.
+	OpMapsOpen = op[None, None]("maps.open")
+	// OpNeighUse asks the agent to make the kernel resolve a next hop.
+	OpNeighUse = op[NeighUseArgs, None]("neigh.use")
 )
 
 // AVCreateArgs opens or creates a named AV in the agent.
@@ -197,96 +217,6 @@ type DetachArgs struct {
 	Iface string `json:"iface"`
 }
 
-// errorFrom rebuilds an error from a response.
-func errorFrom(r *Response) error {
-	if r.Errno == 0 && r.Error == "" {
-		return nil
-	}
-	code := fi.Errno(r.Errno)
-	if code == 0 {
-		code = fi.EOTHER
-	}
-	return &RemoteError{Msg: r.Error, Code: code}
-}
-
-// RemoteError is an error the agent reported. errors.Is matches its errno.
-type RemoteError struct {
-	Msg  string
-	Code fi.Errno
-}
-
-func (e *RemoteError) Error() string { return "agent: " + e.Msg }
-
-// Unwrap exposes the errno to errors.Is and fi.Code.
-func (e *RemoteError) Unwrap() error { return e.Code }
-
-// WriteMsg sends v as one message with fds attached (SCM_RIGHTS).
-func WriteMsg(c *net.UnixConn, v any, fds []int) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if len(b) > MaxMessage {
-		return fmt.Errorf("message of %d bytes, at most %d: %w", len(b), MaxMessage, fi.EMSGSIZE)
-	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	_, _, err = c.WriteMsgUnix(b, oob, nil)
-	if errors.Is(err, unix.EMSGSIZE) {
-		// A SEQPACKET message must fit the sender's socket buffer.
-		return fmt.Errorf("message of %d bytes does not fit the socket buffer: %w", len(b), fi.EMSGSIZE)
-	}
-	return err
-}
-
-// ReadMsg receives one message into v and returns the fds it carried; the
-// caller owns them.
-func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
-	oob := make([]byte, unix.CmsgSpace(4*MaxFDs))
-	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range msgs {
-			if f, err := unix.ParseUnixRights(&m); err == nil {
-				fds = append(fds, f...)
-			}
-		}
-	}
-	if flags&unix.MSG_TRUNC != 0 {
-		closeAll(fds)
-		return nil, fmt.Errorf("message larger than %d bytes: %w", len(buf), fi.EMSGSIZE)
-	}
-	if flags&unix.MSG_CTRUNC != 0 {
-		closeAll(fds)
-		return nil, fmt.Errorf("more than %d descriptors in one message: %w", MaxFDs, fi.EMSGSIZE)
-	}
-	if err := json.Unmarshal(buf[:n], v); err != nil {
-		closeAll(fds)
-		return nil, fmt.Errorf("bad message: %v: %w", err, fi.EINVAL)
-	}
-	return fds, nil
-}
-
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-}
-
-// Endpoint operations.
-const (
-	OpNeighUse = "neigh.use"
-)
-
 // EPOpenArgs asks the agent to prepare an endpoint for the caller.
 type EPOpenArgs struct {
 	Iface       string   `json:"iface"`
@@ -300,29 +230,25 @@ type EPOpenArgs struct {
 	DropUnknown bool     `json:"drop_unknown,omitempty"`
 }
 
+// EPOpenResult is the agent's answer to OpEPOpen, beside the descriptors.
+type EPOpenResult struct {
+	Handover ep.HandoverInfo `json:"handover"`
+}
+
 // EPCloseArgs names an endpoint the caller opened.
 type EPCloseArgs struct {
 	ID uint32 `json:"id"`
+}
+
+// EPReportArgs is one report of an endpoint's CQ statistics.
+type EPReportArgs struct {
+	ID uint32   `json:"id"`
+	TX cq.Stats `json:"tx"`
+	RX cq.Stats `json:"rx"`
 }
 
 // NeighUseArgs asks the agent to make the kernel resolve a next hop.
 type NeighUseArgs struct {
 	Ifindex int        `json:"ifindex"`
 	IP      netip.Addr `json:"ip"`
-}
-
-// OpMapsOpen returns read-only descriptors of the node's maps
-// (loader.ReadOnlyMaps order): how an application reads named AVs when it
-// cannot reach the pins.
-const OpMapsOpen = "maps.open"
-
-// OpEPReport carries an application endpoint's CQ statistics to the agent
-// for its metrics.
-const OpEPReport = "ep.report"
-
-// EPReportArgs is one report.
-type EPReportArgs struct {
-	ID uint32   `json:"id"`
-	TX cq.Stats `json:"tx"`
-	RX cq.Stats `json:"rx"`
 }

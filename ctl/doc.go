@@ -1,0 +1,39 @@
+// Package ctl is the xdpfab control protocol: what the node agent
+// (package agent) and its clients (package client, the xdpfab command)
+// say to each other over the agent's Unix socket, and nothing else.
+//
+// # Transport
+//
+// One SOCK_SEQPACKET connection per client. Every request is one message
+// and is answered by exactly one message, in order. A message is a JSON
+// document (a Request or a Response) of at most MaxMessage bytes; file
+// descriptors (AF_XDP sockets, UMEM memory, read-only map handles) travel
+// beside it as SCM_RIGHTS, at most MaxFDs per message. WriteMsg and
+// ReadMsg frame messages; ReadMsg tells an empty message (an error,
+// EINVAL) from the end of the connection (io.EOF).
+//
+// # Handshake
+//
+// The first request on a connection must be OpHello with the client's
+// protocol Version. The agent answers with its own version, or refuses a
+// client of another version with ENOPROTOOPT and a message naming both
+// versions, then ends the connection: a message is never parsed under
+// another version's rules. Any other first request is refused the same way
+// (a client that predates the handshake).
+//
+// # Operations
+//
+// Each operation is an Op value that names it and fixes the Go types of
+// its arguments and result (OpAVInsert is an Op[AVInsertArgs,
+// InsertResult]). The agent registers one typed handler per Op; the client
+// calls through the same Op value, so both sides agree on the types at
+// compile time. Ops lists every operation. Adding one means: an Op value
+// and its types here, a handler in the agent's table, a method in package
+// client.
+//
+// # Errors
+//
+// A failed request comes back with a libfabric errno (fi.Errno) and a
+// message. RemoteError rebuilds it on the client side so that
+// errors.Is(err, fi.EBUSY) holds across the socket.
+package ctl

@@ -1,0 +1,39 @@
+package ctl
+
+import (
+	"fmt"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Version is the protocol version this package speaks. It changes
+// whenever a message changes meaning or shape in a way the other side
+// could misread; the handshake refuses a peer of another version.
+const Version = 1
+
+// HelloArgs opens a connection.
+type HelloArgs struct {
+	// Version is the client's protocol version.
+	Version int `json:"version"`
+	// Client names the client program, for the agent's log.
+	Client string `json:"client,omitempty"`
+}
+
+// HelloResult is the agent's side of the handshake.
+type HelloResult struct {
+	// Version is the agent's protocol version.
+	Version int `json:"version"`
+	// Agent names the agent's build (module version), for diagnostics.
+	Agent string `json:"agent,omitempty"`
+}
+
+// CheckVersion returns nil when peer equals Version, else an error
+// wrapping fi.ENOPROTOOPT that names both versions. side is "agent" or
+// "client": the peer's role, for the message.
+func CheckVersion(side string, peer int) error {
+	if peer == Version {
+		return nil
+	}
+	return fmt.Errorf("xdpfab control protocol mismatch: this side speaks version %d, the %s speaks version %d; run an xdpfab client and agent of the same release: %w",
+		Version, side, peer, fi.ENOPROTOOPT)
+}

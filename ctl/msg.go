@@ -1,0 +1,207 @@
+package ctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultSocket is where the agent listens unless told otherwise.
+const DefaultSocket = "/run/xdpfab/agent.sock"
+
+// MaxFDs is the most descriptors one message carries (the kernel's
+// SCM_MAX_FD).
+const MaxFDs = 253
+
+// MaxMessage bounds one message. A SEQPACKET message must also fit its
+// sender's socket buffer: the agent raises its own to hold MaxMessage
+// (SO_SNDBUFFORCE); a client's stays at the system default (about 208 KiB
+// on Debian), which is why package client sends large AV inserts in
+// batches.
+const MaxMessage = 1 << 20
+
+// Request is one call.
+type Request struct {
+	ID   uint64          `json:"id"`
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Response answers the Request with the same ID. ID 0 answers a message
+// the agent could not read (so it could not name it).
+type Response struct {
+	ID     uint64          `json:"id"`
+	Errno  int             `json:"errno,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// ErrorResponse is the response to request id that failed with err. The
+// errno is err's libfabric code (fi.Code).
+func ErrorResponse(id uint64, err error) *Response {
+	return &Response{ID: id, Errno: int(fi.Code(err)), Error: err.Error()}
+}
+
+// Err rebuilds the error a response carries: nil on success, else a
+// *RemoteError.
+func (r *Response) Err() error {
+	if r.Errno == 0 && r.Error == "" {
+		return nil
+	}
+	code := fi.Errno(r.Errno)
+	if code <= 0 {
+		code = fi.EOTHER
+	}
+	return &RemoteError{Msg: r.Error, Code: code}
+}
+
+// RemoteError is an error the agent reported. errors.Is matches its errno.
+type RemoteError struct {
+	Msg  string
+	Code fi.Errno
+}
+
+func (e *RemoteError) Error() string { return "agent: " + e.Msg }
+
+// Unwrap exposes the errno to errors.Is and fi.Code.
+func (e *RemoteError) Unwrap() error { return e.Code }
+
+// Decode unmarshals one operation's arguments or result strictly: unknown
+// fields and trailing data are EINVAL, so a field the other side means but
+// this side does not know is never silently ignored. Empty input decodes
+// to the zero value.
+func Decode(raw json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%v: %w", err, fi.EINVAL)
+	}
+	if d.More() {
+		return fmt.Errorf("trailing data after the JSON value: %w", fi.EINVAL)
+	}
+	return nil
+}
+
+// WriteMsg sends v as one message with fds attached (SCM_RIGHTS).
+func WriteMsg(c *net.UnixConn, v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode message: %v: %w", err, fi.EINVAL)
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("message of %d bytes, at most %d: %w", len(b), MaxMessage, fi.EMSGSIZE)
+	}
+	if len(fds) > MaxFDs {
+		return fmt.Errorf("%d descriptors in one message, at most %d: %w", len(fds), MaxFDs, fi.EMSGSIZE)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = c.WriteMsgUnix(b, oob, nil)
+	if errors.Is(err, unix.EMSGSIZE) {
+		// A SEQPACKET message must fit the sender's socket buffer.
+		return fmt.Errorf("message of %d bytes does not fit the socket buffer: %w", len(b), fi.EMSGSIZE)
+	}
+	return err
+}
+
+// ReadMsg receives one message into v, using buf (at least MaxMessage
+// bytes for any message to fit), and returns the descriptors it carried;
+// the caller owns them. The end of the connection is io.EOF. A message
+// that is empty, truncated, carries too many descriptors or is not one
+// JSON document is an error wrapping fi.EINVAL or fi.EMSGSIZE, after which
+// the connection stays usable.
+func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
+	oob := make([]byte, unix.CmsgSpace(4*MaxFDs))
+	n, oobn, flags, err := recvmsg(c, buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, fmt.Errorf("control message: %v: %w", err, fi.EINVAL)
+		}
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	switch {
+	case flags&unix.MSG_TRUNC != 0:
+		closeFDs(fds)
+		return nil, fmt.Errorf("message larger than %d bytes: %w", len(buf), fi.EMSGSIZE)
+	case flags&unix.MSG_CTRUNC != 0:
+		closeFDs(fds)
+		return nil, fmt.Errorf("more than %d descriptors in one message: %w", MaxFDs, fi.EMSGSIZE)
+	case n == 0:
+		closeFDs(fds)
+		// SEQPACKET reads 0 bytes both for an empty message and at the
+		// end of the connection; only the latter leaves the socket hung
+		// up.
+		if hungUp(c) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("empty message: %w", fi.EINVAL)
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("bad message: %v: %w", err, fi.EINVAL)
+	}
+	return fds, nil
+}
+
+// recvmsg reads one message with recvmsg(2) itself: net.UnixConn's
+// ReadMsgUnix turns a 0-byte read into io.EOF, which on SEQPACKET hides an
+// empty message.
+func recvmsg(c *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	rerr := raw.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return err != unix.EAGAIN
+	})
+	if rerr != nil {
+		return 0, 0, 0, rerr
+	}
+	if err != nil {
+		return 0, 0, 0, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
+	}
+	return n, oobn, flags, nil
+}
+
+// hungUp reports whether the peer shut the connection down.
+func hungUp(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	hup := true
+	raw.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(p, 0); err == nil {
+			hup = n > 0 && p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return hup
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
