@@ -85,7 +85,7 @@ func TestAdoptedByUnprivilegedProcess(t *testing.T) {
 	exe := unprivilegedTestBinary(t)
 	bed := testbed.New(t, testbed.Options{StaticNeighbors: true})
 	p := newRedirectProg(t)
-	bed.B.AttachXDP(t, p.prog)
+	testbed.AttachXDP(t, bed.B, p.prog)
 	dst := netip.AddrPortFrom(bed.A.IPv4, 5003)
 	pc, err := bed.A.ListenPacket("udp4", dst.String())
 	if err != nil {

@@ -116,7 +116,7 @@ func TestVethReceive(t *testing.T) {
 			s := openIn(t, bed.B, 0, u, dataplane.SocketConfig{})
 			p.insert(t, s)
 			s.FillFree()
-			bed.B.AttachXDP(t, p.prog)
+			testbed.AttachXDP(t, bed.B, p.prog)
 
 			const port, n = 4791, 100
 			waitForPath(t, bed, s, 4790)
@@ -626,7 +626,7 @@ func TestXSKToXSK(t *testing.T) {
 	sb := openIn(t, bed.B, 0, ub, dataplane.SocketConfig{})
 	p.insert(t, sb)
 	sb.FillFree()
-	bed.B.AttachXDP(t, p.prog)
+	testbed.AttachXDP(t, bed.B, p.prog)
 
 	const port, n = 4792, 64
 	src := netip.AddrPortFrom(bed.A.IPv4, 3000)

@@ -99,7 +99,7 @@ func TestAttachErrors(t *testing.T) {
 	}
 	// Another program already attached.
 	other := load(t, "")
-	bed.A.AttachXDP(t, other.Program)
+	testbed.AttachXDP(t, bed.A, other.Program)
 	if _, err := attach(t, dp, bed.A, testbed.LinkName, loader.Native); !errors.Is(err, fi.EBUSY) {
 		t.Errorf("second program: %v", err)
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # testbed.sh: xdpfab's test bed from a shell, the same topology as the Go
-# helper internal/testbed: two (or more) network namespaces joined by veth,
+# package internal/netlab: two (or more) network namespaces joined by veth,
 # addressed from 198.18.0.0/15 and 2001:2::/48, optionally with an XDP
 # program attached to every host's interface (native mode, or generic).
 #

@@ -23,7 +23,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/pingpong"
-	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/netlab"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -54,7 +54,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		return fmt.Errorf("this machine cannot load the XDP program: %w", err)
 	}
 	defer dp.Close()
-	bed, down, err := testbed.Up(testbed.Options{}) // neighbours resolve by ARP/NDP, as in production
+	bed, down, err := netlab.Up(netlab.Options{}) // neighbours resolve by ARP/NDP, as in production
 	if err != nil {
 		return fmt.Errorf("create the network namespaces: %w", err)
 	}
@@ -131,7 +131,7 @@ type row struct {
 }
 
 type host struct {
-	h      *testbed.Host
+	h      *netlab.Host
 	local  netip.AddrPort
 	av     *av.AV
 	tx, rx *cq.CQ
@@ -155,10 +155,10 @@ func (x *host) open(dp *loader.Objects, mode loader.Mode, userIDs bool) error {
 		return err
 	}
 	return x.h.Do(func() error {
-		if x.att, err = dp.Attach(testbed.LinkName, mode); err != nil {
+		if x.att, err = dp.Attach(netlab.LinkName, mode); err != nil {
 			return fmt.Errorf("attach XDP on %s: %w", x.h.Name(), err)
 		}
-		x.ep, err = ep.Open(dp, ep.Attr{Ifname: testbed.LinkName, Local: x.local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
+		x.ep, err = ep.Open(dp, ep.Attr{Ifname: netlab.LinkName, Local: x.local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
 			Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy})
 		return err
 	})
