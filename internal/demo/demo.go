@@ -25,6 +25,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/internal/netlab"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/stack"
 )
 
 // Options shape a run.
@@ -72,16 +73,16 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	a, b := &host{h: bed.A}, &host{h: bed.B}
 	for _, x := range []*host{a, b} {
 		x.local = netip.AddrPortFrom(x.h.Addr(o.IPv6), port)
+		defer x.close() // also what a failed open left
 		if err := x.open(dp, mode, x == b); err != nil {
 			return err
 		}
-		defer x.close()
 	}
 	// Some other peers first, so the indices are not all 0.
-	a.av.Insert([]netip.AddrPort{netip.MustParseAddrPort("198.19.0.1:7000"), netip.MustParseAddrPort("198.19.0.2:7000")}, nil, 0, nil)
-	bAtA := insert(a.av, b.local)
-	aAtB := insert(b.av, a.local)
-	if err := b.av.SetUserID(aAtB, 0xa11ce, 0); err != nil {
+	a.AV.Insert([]netip.AddrPort{netip.MustParseAddrPort("198.19.0.1:7000"), netip.MustParseAddrPort("198.19.0.2:7000")}, nil, 0, nil)
+	bAtA := insert(a.AV, b.local)
+	aAtB := insert(b.AV, a.local)
+	if err := b.AV.SetUserID(aAtB, 0xa11ce, 0); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "A's AV: %v -> fi_addr %d      B's AV (FI_AV_USER_ID): %v -> fi_addr %d, user ID %#x\n\n",
@@ -131,12 +132,10 @@ type row struct {
 }
 
 type host struct {
-	h      *netlab.Host
-	local  netip.AddrPort
-	av     *av.AV
-	tx, rx *cq.CQ
-	ep     *ep.Endpoint
-	att    *loader.Attachment
+	h     *netlab.Host
+	local netip.AddrPort
+	*stack.Stack
+	att *loader.Attachment
 }
 
 func (x *host) open(dp *loader.Objects, mode loader.Mode, userIDs bool) error {
@@ -144,40 +143,29 @@ func (x *host) open(dp *loader.Objects, mode loader.Mode, userIDs bool) error {
 	if userIDs {
 		attr.Flags = fi.AVUserID
 	}
-	var err error
-	if x.av, err = av.Open(dp, &attr); err != nil {
-		return err
-	}
-	if x.tx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
-		return err
-	}
-	if x.rx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
-		return err
-	}
-	return x.h.Do(func() error {
+	err := x.h.Do(func() (err error) {
 		if x.att, err = dp.Attach(netlab.LinkName, mode); err != nil {
 			return fmt.Errorf("attach XDP on %s: %w", x.h.Name(), err)
 		}
-		x.ep, err = ep.Open(dp, ep.Attr{Ifname: netlab.LinkName, Local: x.local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
-			Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy})
-		return err
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	x.Stack, err = stack.Open(dp, stack.Attr{
+		AV:   &attr,
+		TxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
+		RxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
+		EP:   ep.Attr{Ifname: netlab.LinkName, Local: x.local, Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy},
+		Do:   x.h.Do,
+	})
+	return err
 }
 
 func (x *host) close() {
-	if x.ep != nil {
-		x.ep.Close()
-	}
+	x.Stack.Close()
 	if x.att != nil {
 		x.att.Close()
-	}
-	for _, q := range []*cq.CQ{x.tx, x.rx} {
-		if q != nil {
-			q.Close()
-		}
-	}
-	if x.av != nil {
-		x.av.Close()
 	}
 }
 
@@ -214,23 +202,23 @@ func (x *host) ping(ctx context.Context, to fi.Addr, n, size int) ([]time.Durati
 	rtts := make([]time.Duration, 0, n)
 	var seen []row
 	for i := range n {
-		if err := x.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+		if err := x.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 			return nil, nil, err
 		}
 		t0 := time.Now()
-		if err := sendRetry(ctx, x.ep, msg, to); err != nil {
+		if err := sendRetry(ctx, x.EP, msg, to); err != nil {
 			return nil, nil, err
 		}
-		e, src, err := wait(ctx, x.rx)
+		e, src, err := wait(ctx, x.RxCQ)
 		if err != nil {
 			return nil, nil, fmt.Errorf("host A, message %d: %w", i, err)
 		}
 		rtts = append(rtts, time.Since(t0))
-		if _, _, err := wait(ctx, x.tx); err != nil {
+		if _, _, err := wait(ctx, x.TxCQ); err != nil {
 			return nil, nil, err
 		}
 		if len(seen) < 3 {
-			peer, _ := x.av.LookupAddr(src)
+			peer, _ := x.AV.LookupAddr(src)
 			seen = append(seen, row{"A", i, peer, e.Len, fmt.Sprintf("fi_addr %d", src)})
 		}
 	}
@@ -240,21 +228,21 @@ func (x *host) ping(ctx context.Context, to fi.Addr, n, size int) ([]time.Durati
 func (x *host) echo(ctx context.Context, to fi.Addr, n int, seen *[]row) error {
 	buf := make([]byte, 65536)
 	for i := range n {
-		if err := x.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+		if err := x.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 			return err
 		}
-		e, src, err := wait(ctx, x.rx)
+		e, src, err := wait(ctx, x.RxCQ)
 		if err != nil {
 			return fmt.Errorf("host B, message %d: %w", i, err)
 		}
 		if len(*seen) < 3 {
-			peer, _ := x.av.LookupAddr(to)
+			peer, _ := x.AV.LookupAddr(to)
 			*seen = append(*seen, row{"B", i, peer, e.Len, fmt.Sprintf("user ID %#x", uint64(src))})
 		}
-		if err := sendRetry(ctx, x.ep, buf[:e.Len], to); err != nil {
+		if err := sendRetry(ctx, x.EP, buf[:e.Len], to); err != nil {
 			return err
 		}
-		if _, _, err := wait(ctx, x.tx); err != nil {
+		if _, _, err := wait(ctx, x.TxCQ); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/stack"
 )
 
 // Options of a run.
@@ -42,11 +43,9 @@ type Options struct {
 
 // session is one side's objects.
 type session struct {
-	dp     *loader.Objects
-	att    *loader.Attachment
-	av     *av.AV
-	tx, rx *cq.CQ
-	ep     *ep.Endpoint
+	dp  *loader.Objects
+	att *loader.Attachment
+	*stack.Stack
 }
 
 func open(o Options, server bool) (*session, error) {
@@ -73,21 +72,17 @@ func open(o Options, server bool) (*session, error) {
 			return nil, err
 		}
 	}
-	if s.av, err = av.Open(s.dp, &av.Attr{Type: av.TypeTable}); err != nil {
-		s.close()
-		return nil, err
-	}
-	for _, q := range []**cq.CQ{&s.tx, &s.rx} {
-		if *q, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
-			s.close()
-			return nil, err
-		}
-	}
 	caps := fi.Msg | fi.Source
 	if server {
 		caps |= fi.SourceErr
 	}
-	if s.ep, err = ep.Open(s.dp, ep.Attr{Ifname: o.Iface, Local: o.Local, AV: s.av, TxCQ: s.tx, RxCQ: s.rx, Caps: caps, BusyPoll: o.BusyPoll}); err != nil {
+	s.Stack, err = stack.Open(s.dp, stack.Attr{
+		AV:   &av.Attr{Type: av.TypeTable},
+		TxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
+		RxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
+		EP:   ep.Attr{Ifname: o.Iface, Local: o.Local, Caps: caps, BusyPoll: o.BusyPoll},
+	})
+	if err != nil {
 		s.close()
 		return nil, err
 	}
@@ -95,17 +90,7 @@ func open(o Options, server bool) (*session, error) {
 }
 
 func (s *session) close() {
-	if s.ep != nil {
-		s.ep.Close()
-	}
-	for _, q := range []*cq.CQ{s.tx, s.rx} {
-		if q != nil {
-			q.Close()
-		}
-	}
-	if s.av != nil {
-		s.av.Close()
-	}
+	s.Stack.Close()
 	if s.att != nil {
 		s.att.Close()
 	}
@@ -142,14 +127,14 @@ func Wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error
 
 func send(ctx context.Context, s *session, buf []byte, to fi.Addr) error {
 	for i := 0; ; i++ {
-		err := s.ep.Inject(buf, to)
+		err := s.EP.Inject(buf, to)
 		if !errors.Is(err, fi.EAGAIN) {
 			return err
 		}
 		if i&4095 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.ep.Progress()
+		s.EP.Progress()
 	}
 }
 
@@ -162,13 +147,13 @@ func Server(ctx context.Context, w io.Writer, o Options) error {
 	}
 	defer s.close()
 	fmt.Fprintf(w, "xdpfab pingpong server on %s (%s), waiting for a client\n", o.Local, o.Iface)
-	buf := make([]byte, s.ep.MaxMsgSize())
+	buf := make([]byte, s.EP.MaxMsgSize())
 	peers := map[string]fi.Addr{}
 	for {
-		if err := s.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+		if err := s.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 			return err
 		}
-		e, src, ee, err := Wait(ctx, s.rx)
+		e, src, ee, err := Wait(ctx, s.RxCQ)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -184,7 +169,7 @@ func Server(ctx context.Context, w io.Writer, o Options) error {
 				src = to
 			} else {
 				out := []fi.Addr{fi.AddrNotAvail}
-				if _, err := s.av.InsertRaw([][]byte{ee.ErrData}, out, 0, nil); err != nil {
+				if _, err := s.AV.InsertRaw([][]byte{ee.ErrData}, out, 0, nil); err != nil {
 					return err
 				}
 				ap, _ := fi.DecodeSockaddr(ee.ErrData)
@@ -208,15 +193,15 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 	}
 	defer s.close()
 	out := []fi.Addr{fi.AddrNotAvail}
-	if _, err := s.av.Insert([]netip.AddrPort{o.Peer}, out, 0, nil); err != nil {
+	if _, err := s.AV.Insert([]netip.AddrPort{o.Peer}, out, 0, nil); err != nil {
 		return err
 	}
 	peer := out[0]
-	buf := make([]byte, s.ep.MaxMsgSize())
+	buf := make([]byte, s.EP.MaxMsgSize())
 	fmt.Fprintf(w, "%-8s%-8s%-8s%-8s%-10s%-12s%-10s\n", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
 	for _, size := range o.Sizes {
-		if size > s.ep.MaxMsgSize() {
-			fmt.Fprintf(w, "%-8d (larger than the endpoint's %d-byte messages: skipped)\n", size, s.ep.MaxMsgSize())
+		if size > s.EP.MaxMsgSize() {
+			fmt.Fprintf(w, "%-8d (larger than the endpoint's %d-byte messages: skipped)\n", size, s.EP.MaxMsgSize())
 			continue
 		}
 		msg := make([]byte, size)
@@ -225,13 +210,13 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 			if i == o.Warmup {
 				start = time.Now()
 			}
-			if err := s.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			if err := s.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 				return err
 			}
 			if err := send(ctx, s, msg, peer); err != nil {
 				return err
 			}
-			if _, _, ee, err := Wait(ctx, s.rx); err != nil || ee != nil {
+			if _, _, ee, err := Wait(ctx, s.RxCQ); err != nil || ee != nil {
 				if err == nil {
 					err = ee.Err
 				}
