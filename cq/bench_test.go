@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -180,16 +178,8 @@ func BenchmarkWakeup(b *testing.B) {
 		if err := q.Control(GetWait, &fd); err != nil {
 			b.Fatal(err)
 		}
-		ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer unix.Close(ep)
-		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-			b.Fatal(err)
-		}
+		epollWait := epollOn(b, fd)
 		buf := make([]Entry, 1)
-		events := make([]unix.EpollEvent, 1)
 		benchWakeup(b,
 			func() uint64 {
 				for {
@@ -197,7 +187,7 @@ func BenchmarkWakeup(b *testing.B) {
 						return buf[0].Data
 					}
 					if q.TryWait() == nil {
-						unix.EpollWait(ep, events, -1) // EINTR just loops
+						epollWait() // EINTR just loops
 					}
 				}
 			},

@@ -52,8 +52,8 @@ const (
 	// WaitSetObj: the CQ signals the WaitSet given in Attr.WaitSet; the
 	// application waits on the set. SRead fails with EINVAL.
 	WaitSetObj WaitObj = 2
-	// WaitFD: an eventfd, usable in poll, select and epoll (see
-	// Control(GetWait) and TryWait).
+	// WaitFD: an eventfd (off Linux, the read end of a pipe), usable in
+	// poll, select and epoll or kqueue (see Control(GetWait) and TryWait).
 	WaitFD WaitObj = 3
 	// WaitMutexCond: a mutex and condition variable (sync.Mutex and
 	// sync.Cond).

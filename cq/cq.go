@@ -138,7 +138,8 @@ type Stats struct {
 }
 
 // Open creates a completion queue (fi_cq_open). Invalid attributes fail with
-// fi.EINVAL; a failure to create the eventfd of WaitFD is returned as is.
+// fi.EINVAL; a failure to create the descriptor of WaitFD (an eventfd, or a
+// pipe off Linux) is returned as is.
 func Open(attr Attr) (*CQ, error) {
 	a := attr
 	if a.Size < 0 || a.Size > MaxSize {

@@ -59,6 +59,9 @@
 // eventfd of WaitFD is written only for an external waiter armed by
 // TryWait, once per wake-up.
 //
+// The package is portable: off Linux, where there is no eventfd, WaitFD
+// and WaitPollFD use a pipe, and everything else is the same.
+//
 // # What this package is not
 //
 // It does not move packets, hold address vectors or decide sources: the

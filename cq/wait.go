@@ -29,8 +29,6 @@ type MutexCond struct {
 	Cond  *sync.Cond
 }
 
-var eventOne = [8]byte{1} // an eventfd increment of 1 (host byte order, little-endian)
-
 // waiter is the wait object behind a CQ or a WaitSet (WaitFD, WaitPollFD
 // or WaitMutexCond; WaitYield and WaitNone have none).
 //
@@ -46,8 +44,8 @@ var eventOne = [8]byte{1} // an eventfd increment of 1 (host byte order, little-
 // variable whatever the wait object: the runtime hands the woken goroutine
 // straight to a P, while a thread blocked in poll(2) must be woken by the
 // kernel and then find a P, which measured 10-100x slower here (see
-// BenchmarkWakeup). The eventfd of WaitFD and WaitPollFD is written for
-// external waiters only, once per wake-up, never per entry.
+// BenchmarkWakeup). The descriptor of WaitFD and WaitPollFD (see wakeFD)
+// is written for external waiters only, once per wake-up, never per entry.
 type waiter struct {
 	kind     WaitObj
 	sleepers atomic.Int32
@@ -61,12 +59,18 @@ type waiter struct {
 	timers sync.Pool // *time.Timer that broadcast cond, for timed waits
 
 	// WaitFD and WaitPollFD.
-	fdMu sync.Mutex // orders eventfd writes and drains with close
-	efd  int
+	fdMu sync.Mutex // orders descriptor writes and drains with close
+	fd   wakeFD
 }
 
 func newWaiter(kind WaitObj) (*waiter, error) {
-	w := &waiter{kind: kind, efd: -1}
+	return newWaiterFD(kind, newWakeFD)
+}
+
+// newWaiterFD is newWaiter with the descriptor's constructor given (tests
+// run the pipe of other systems on Linux too).
+func newWaiterFD(kind WaitObj, open func() (wakeFD, error)) (*waiter, error) {
+	w := &waiter{kind: kind, fd: wakeFD{r: -1, w: -1}}
 	w.cond.L = &w.mu
 	w.timers.New = func() any {
 		t := time.AfterFunc(time.Hour, w.broadcast)
@@ -75,11 +79,11 @@ func newWaiter(kind WaitObj) (*waiter, error) {
 	}
 	switch kind {
 	case WaitFD, WaitPollFD:
-		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		fd, err := open()
 		if err != nil {
-			return nil, fmt.Errorf("eventfd: %w", err)
+			return nil, err
 		}
-		w.efd = efd
+		w.fd = fd
 	case WaitMutexCond:
 	default:
 		panic("cq: no waiter for " + kind.String())
@@ -87,7 +91,7 @@ func newWaiter(kind WaitObj) (*waiter, error) {
 	return w, nil
 }
 
-// hasFD reports whether the wait object is an eventfd.
+// hasFD reports whether the wait object is a descriptor.
 func (w *waiter) hasFD() bool { return w.kind == WaitFD || w.kind == WaitPollFD }
 
 // wanted reports whether a producer must wake the waiter.
@@ -101,7 +105,7 @@ func (w *waiter) wake() {
 	if external && w.hasFD() {
 		w.fdMu.Lock()
 		if !w.closed.Load() {
-			unix.Write(w.efd, eventOne[:])
+			w.fd.signal()
 		}
 		w.fdMu.Unlock()
 	}
@@ -119,15 +123,14 @@ func (w *waiter) broadcast() {
 	w.mu.Unlock()
 }
 
-// arm prepares for an external wait (TryWait): it clears a stale eventfd
-// count, so that the descriptor becomes readable only for new completions,
-// then arms. The caller re-checks its condition afterwards.
+// arm prepares for an external wait (TryWait): it clears a stale signal,
+// so that the descriptor becomes readable only for new completions, then
+// arms. The caller re-checks its condition afterwards.
 func (w *waiter) arm() {
 	if w.hasFD() {
 		w.fdMu.Lock()
 		if !w.closed.Load() {
-			var b [8]byte
-			unix.Read(w.efd, b[:])
+			w.fd.drain()
 		}
 		w.fdMu.Unlock()
 	}
@@ -170,7 +173,7 @@ func (w *waiter) sleep(gen uint64, deadline time.Time, forever bool) {
 	}
 }
 
-// close wakes every sleeper for good and closes the eventfd.
+// close wakes every sleeper for good and closes the descriptor.
 func (w *waiter) close() {
 	w.mu.Lock()
 	w.closed.Store(true)
@@ -178,7 +181,7 @@ func (w *waiter) close() {
 	w.mu.Unlock()
 	if w.hasFD() {
 		w.fdMu.Lock()
-		unix.Close(w.efd)
+		w.fd.close()
 		w.fdMu.Unlock()
 	}
 }
@@ -188,13 +191,13 @@ func (w *waiter) getWait(arg any) error {
 	switch w.kind {
 	case WaitFD:
 		if p, ok := arg.(*int); ok && p != nil {
-			*p = w.efd
+			*p = w.fd.r
 			return nil
 		}
 		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *int: %w", w.kind, arg, fi.EINVAL)
 	case WaitPollFD:
 		if p, ok := arg.(*[]unix.PollFd); ok && p != nil {
-			*p = []unix.PollFd{{Fd: int32(w.efd), Events: unix.POLLIN}}
+			*p = []unix.PollFd{{Fd: int32(w.fd.r), Events: unix.POLLIN}}
 			return nil
 		}
 		return fmt.Errorf("FI_GETWAIT on %s: arg is %T, want *[]unix.PollFd: %w", w.kind, arg, fi.EINVAL)
