@@ -20,7 +20,6 @@ type Client struct {
 	mu    sync.Mutex
 	c     *net.UnixConn
 	next  uint64
-	buf   []byte
 	agent ctl.HelloResult
 }
 
@@ -41,7 +40,7 @@ func Dial(path string) (*Client, error) {
 		}
 		return nil, fmt.Errorf("connect to the xdpfab agent at %s: %w", path, err)
 	}
-	cl := &Client{c: c, buf: make([]byte, ctl.MaxMessage)}
+	cl := &Client{c: c}
 	if err := cl.hello(ctl.Version); err != nil {
 		c.Close()
 		return nil, err
@@ -94,7 +93,7 @@ func (c *Client) Call(op string, args, result any) ([]int, error) {
 		return nil, fmt.Errorf("%s: send to agent: %w", op, err)
 	}
 	var resp ctl.Response
-	fds, err := ctl.ReadMsg(c.c, c.buf, &resp)
+	fds, err := ctl.ReadMsg(c.c, &resp)
 	if err != nil {
 		return nil, fmt.Errorf("%s: agent reply: %w", op, err)
 	}

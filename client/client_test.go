@@ -30,7 +30,7 @@ func fakeAgent(t *testing.T, answer func(req ctl.Request) *ctl.Response) string 
 				return
 			}
 			var req ctl.Request
-			if _, err := ctl.ReadMsg(c, make([]byte, ctl.MaxMessage), &req); err == nil {
+			if _, err := ctl.ReadMsg(c, &req); err == nil {
 				ctl.WriteMsg(c, answer(req), nil)
 			}
 			c.Close()

@@ -115,38 +115,27 @@ func WriteMsg(c *net.UnixConn, v any, fds []int) error {
 	return err
 }
 
-// ReadMsg receives one message into v, using buf (at least MaxMessage
-// bytes for any message to fit), and returns the descriptors it carried;
-// the caller owns them. The end of the connection is io.EOF. A message
-// that is empty, truncated, carries too many descriptors or is not one
-// JSON document is an error wrapping fi.EINVAL or fi.EMSGSIZE, after which
-// the connection stays usable.
-func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
-	oob := make([]byte, unix.CmsgSpace(4*MaxFDs))
-	n, oobn, flags, err := recvmsg(c, buf, oob)
+// ReadMsg receives one message into v and returns the descriptors it
+// carried; the caller owns them. It holds no buffer while it waits: the
+// message's length is learnt first and a buffer of that size is used for
+// it alone, so an idle connection costs no message buffer. The end of the
+// connection is io.EOF. A message that is empty, larger than MaxMessage,
+// carries too many descriptors or is not one JSON document is an error
+// wrapping fi.EINVAL or fi.EMSGSIZE, after which the connection stays
+// usable (the message is consumed).
+func ReadMsg(c *net.UnixConn, v any) ([]int, error) {
+	buf, fds, flags, err := recvmsg(c)
 	if err != nil {
 		return nil, err
-	}
-	var fds []int
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return nil, fmt.Errorf("control message: %v: %w", err, fi.EINVAL)
-		}
-		for _, m := range msgs {
-			if f, err := unix.ParseUnixRights(&m); err == nil {
-				fds = append(fds, f...)
-			}
-		}
 	}
 	switch {
 	case flags&unix.MSG_TRUNC != 0:
 		closeFDs(fds)
-		return nil, fmt.Errorf("message larger than %d bytes: %w", len(buf), fi.EMSGSIZE)
+		return nil, fmt.Errorf("message larger than %d bytes: %w", MaxMessage, fi.EMSGSIZE)
 	case flags&unix.MSG_CTRUNC != 0:
 		closeFDs(fds)
 		return nil, fmt.Errorf("more than %d descriptors in one message: %w", MaxFDs, fi.EMSGSIZE)
-	case n == 0:
+	case len(buf) == 0:
 		closeFDs(fds)
 		// SEQPACKET reads 0 bytes both for an empty message and at the
 		// end of the connection; only the latter leaves the socket hung
@@ -156,7 +145,7 @@ func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
 		}
 		return nil, fmt.Errorf("empty message: %w", fi.EINVAL)
 	}
-	if err := json.Unmarshal(buf[:n], v); err != nil {
+	if err := json.Unmarshal(buf, v); err != nil {
 		closeFDs(fds)
 		return nil, fmt.Errorf("bad message: %v: %w", err, fi.EINVAL)
 	}
@@ -165,23 +154,47 @@ func ReadMsg(c *net.UnixConn, buf []byte, v any) ([]int, error) {
 
 // recvmsg reads one message with recvmsg(2) itself: net.UnixConn's
 // ReadMsgUnix turns a 0-byte read into io.EOF, which on SEQPACKET hides an
-// empty message.
-func recvmsg(c *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error) {
+// empty message. Once the socket is readable it peeks at the message's
+// length (MSG_PEEK|MSG_TRUNC), then reads it into a buffer of that length
+// (MaxMessage at most: a longer one is consumed and reported with
+// MSG_TRUNC). Descriptors arrive close-on-exec.
+func recvmsg(c *net.UnixConn) (buf []byte, fds []int, flags int, err error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, 0, err
 	}
+	oob := make([]byte, unix.CmsgSpace(4*MaxFDs))
+	var n, oobn int
 	rerr := raw.Read(func(fd uintptr) bool {
-		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, _, _, _, err = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC|unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN {
+			return false
+		}
+		if err != nil {
+			return true
+		}
+		buf = make([]byte, min(n, MaxMessage))
+		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
 		return err != unix.EAGAIN
 	})
 	if rerr != nil {
-		return 0, 0, 0, rerr
+		return nil, nil, 0, rerr
 	}
 	if err != nil {
-		return 0, 0, 0, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
+		return nil, nil, 0, &net.OpError{Op: "read", Net: "unixpacket", Err: err}
 	}
-	return n, oobn, flags, nil
+	if oobn > 0 {
+		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr != nil {
+			return nil, nil, 0, fmt.Errorf("control message: %v: %w", perr, fi.EINVAL)
+		}
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	return buf[:n], fds, flags, nil
 }
 
 // hungUp reports whether the peer shut the connection down.
