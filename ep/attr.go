@@ -72,6 +72,20 @@ type Attr struct {
 	Logger *slog.Logger
 }
 
+// Upper bounds of Attr's sizes, checked before anything is allocated.
+const (
+	// MaxQueues bounds Attr.Queues (and the interface's queue count must
+	// hold them too).
+	MaxQueues = 256
+	// MaxFrames bounds Attr.Frames: 1<<20 frames of 4 KiB are 4 GiB of
+	// UMEM.
+	MaxFrames = 1 << 20
+	// MaxRingSize bounds Attr.RingSize.
+	MaxRingSize = 1 << 16
+	// MaxPostedLimit bounds Attr.MaxPosted.
+	MaxPostedLimit = 1 << 20
+)
+
 const epCaps = fi.Msg | fi.Tagged | fi.Source | fi.SourceErr | fi.DirectedRecv | fi.Send | fi.Recv
 
 // validate checks attributes for Open and Adopt, which run a data path.
@@ -105,6 +119,14 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: %d receive contexts (1..256): %w", a.RxContexts, fi.EINVAL)
 	case a.Queues < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:
 		return fmt.Errorf("ep open: negative size: %w", fi.EINVAL)
+	case a.Queues > MaxQueues:
+		return fmt.Errorf("ep open: %d queues, at most %d: %w", a.Queues, MaxQueues, fi.EINVAL)
+	case a.Frames > MaxFrames:
+		return fmt.Errorf("ep open: %d frames, at most %d: %w", a.Frames, MaxFrames, fi.EINVAL)
+	case a.RingSize > MaxRingSize:
+		return fmt.Errorf("ep open: ring size %d, at most %d: %w", a.RingSize, MaxRingSize, fi.EINVAL)
+	case a.MaxPosted > MaxPostedLimit:
+		return fmt.Errorf("ep open: %d posted receives, at most %d: %w", a.MaxPosted, MaxPostedLimit, fi.EINVAL)
 	case a.OpFlags&^(fi.InjectComplete|fi.TransmitComplete) != 0:
 		return fmt.Errorf("ep open: op flags %v: %w", a.OpFlags, fi.EINVAL)
 	case a.Progress != ProgressManual && a.Progress != ProgressAuto:

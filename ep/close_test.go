@@ -35,6 +35,47 @@ func TestFailedOpenUndoes(t *testing.T) {
 	}
 }
 
+// Hostile sizes are refused with EINVAL before anything is allocated (a
+// queue count of 2^62 crashed the agent in makeslice; 2^34 ran it out of
+// memory), by Open and by Prepare alike.
+func TestHugeSizesRefused(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	base := ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(r.a.local.Addr(), port+6),
+		AV: r.a.av, TxCQ: r.a.tx, RxCQ: r.a.rx, BindMode: dataplane.BindCopy}
+	for name, adj := range map[string]func(*ep.Attr){
+		"queues 2^62":  func(a *ep.Attr) { a.Queues = 1 << 62 },
+		"queues 2^34":  func(a *ep.Attr) { a.Queues = 1 << 34 },
+		"queues 2":     func(a *ep.Attr) { a.Queues = 2 }, // the veth has one
+		"frames 2^40":  func(a *ep.Attr) { a.Frames = 1 << 40 },
+		"ring 2^40":    func(a *ep.Attr) { a.RingSize = 1 << 40 },
+		"posted 2^40":  func(a *ep.Attr) { a.MaxPosted = 1 << 40 },
+		"contexts 2^9": func(a *ep.Attr) { a.RxContexts = 1 << 9 },
+	} {
+		attr := base
+		adj(&attr)
+		fds0 := fdTargets()
+		err := r.a.h.Do(func() error {
+			if e, err := ep.Open(r.dp, attr); err == nil {
+				e.Close()
+				return nil
+			} else if !errors.Is(err, fi.EINVAL) {
+				return err
+			}
+			p, err := ep.Prepare(r.dp, attr)
+			if err == nil {
+				p.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, fi.EINVAL) {
+			t.Errorf("%s: %v, want EINVAL from Open and Prepare", name, err)
+		}
+		if left := newFDs(fds0); len(left) > 0 {
+			t.Errorf("%s: descriptors left open: %v", name, left)
+		}
+	}
+}
+
 // Operations after Close fail with EOPBADSTATE; none panics.
 func TestUseAfterClose(t *testing.T) {
 	r := newRig(t, rigOpts{})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -41,6 +42,7 @@ type Endpoint struct {
 	txcq    *cq.Producer
 	waiting []txOp // send completions the TX CQ had no room for yet
 
+	claim      *os.File     // the kernel socket holding Local's port (claimPort); nil when adopted
 	registered bool         // this process wrote the endpoint table and XSKMAP
 	release    func() error // adopted: tells the agent the endpoint is gone
 
@@ -103,11 +105,15 @@ func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList
 		return nil, nil, fmt.Errorf("ep open: interface %q: %w", attr.Ifname, fi.ENODEV)
 	}
 	e = &Endpoint{dp: dp, av: attr.AV, attr: attr, queues: attr.Queues}
+	have := 0 // the interface's rx queues, where the kernel says
+	if l, err := netlink.LinkByIndex(iface.Index); err == nil {
+		have = l.Attrs().NumRxQueues
+	}
+	if have > 0 && attr.Queues > have {
+		return nil, nil, fmt.Errorf("ep open: %d queues, interface %s has %d: %w", attr.Queues, attr.Ifname, have, fi.EINVAL)
+	}
 	if e.queues == 0 {
-		e.queues = 1
-		if l, err := netlink.LinkByIndex(iface.Index); err == nil && l.Attrs().NumRxQueues > 0 {
-			e.queues = l.Attrs().NumRxQueues
-		}
+		e.queues = min(max(have, 1), MaxQueues)
 	}
 	e.setMaxMsg(maxMsgFor(iface.MTU, attr.Local.Addr()))
 	defer func() {
@@ -115,6 +121,12 @@ func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList
 			undo.run()
 		}
 	}()
+	claim, err := claimPort(attr.Local)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ep open: %w", err)
+	}
+	e.claim = claim
+	undo.add(func() { claim.Close() }) // not e.claim: e is nil once setup fails
 	if err := e.av.BindEndpoint(); err != nil {
 		return nil, nil, fmt.Errorf("ep open: %w", err)
 	}
@@ -404,6 +416,9 @@ func (e *Endpoint) Close() error {
 		e.av.ReleaseAuthKey(e.attr.AuthKey)
 	}
 	e.av.UnbindEndpoint()
+	if e.claim != nil {
+		e.claim.Close()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ep close: %w", err)
 	}

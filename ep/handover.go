@@ -101,6 +101,7 @@ func (p *Prepared) Close() error {
 			e.av.ReleaseAuthKey(e.attr.AuthKey)
 		}
 		e.av.UnbindEndpoint()
+		e.claim.Close()
 	})
 	return p.err
 }
