@@ -90,12 +90,9 @@ func (a *Attr) validate() error {
 	if a.Count < 0 || a.EPPerNode < 0 {
 		return fmt.Errorf("av open: negative count or ep_per_node: %w", fi.EINVAL)
 	}
-	if len(a.Name) > MaxNameLen {
-		return fmt.Errorf("av open: name of %d bytes, at most %d: %w", len(a.Name), MaxNameLen, fi.EINVAL)
-	}
-	for i := 0; i < len(a.Name); i++ {
-		if a.Name[i] == 0 {
-			return fmt.Errorf("av open: name contains NUL: %w", fi.EINVAL)
+	if a.Name != "" {
+		if err := ValidName(a.Name); err != nil {
+			return fmt.Errorf("av open: %w", err)
 		}
 	}
 	switch a.AddrFormat {
@@ -115,4 +112,26 @@ func (a *Attr) familyOK(ap netip.AddrPort) bool {
 		return ap.Addr().Is6() && !ap.Addr().Is4In6()
 	}
 	return true
+}
+
+// ValidName checks an AV name against the grammar every named AV follows:
+// 1 to MaxNameLen bytes of ASCII letters, digits, '.', '_' and '-',
+// starting with a letter or digit. Names travel into logs, metrics labels,
+// status output and file-like listings; the grammar keeps out path
+// separators, control and invisible characters, invalid UTF-8 and
+// look-alikes. Errors wrap fi.EINVAL.
+func ValidName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("AV name of %d bytes: want 1 to %d: %w", len(name), MaxNameLen, fi.EINVAL)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			i > 0 && (c == '.' || c == '_' || c == '-')
+		if !ok {
+			return fmt.Errorf("AV name %q: byte %d (%q) is not allowed; names are ASCII letters, digits, '.', '_' and '-', starting with a letter or digit: %w",
+				name, i, rune(c), fi.EINVAL)
+		}
+	}
+	return nil
 }

@@ -277,6 +277,23 @@ func Destroy(dp *loader.Objects, name string) error {
 	return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
 }
 
+// Exists reports whether dp holds a named AV called name.
+func Exists(dp *loader.Objects, name string) bool {
+	if dp == nil || name == "" {
+		return false
+	}
+	metas, err := (&AV{dp: dp}).readMetas()
+	if err != nil {
+		return false
+	}
+	for _, m := range metas {
+		if m.InUse != 0 && m.NameString() == name {
+			return true
+		}
+	}
+	return false
+}
+
 // DestroyOrphan removes the anonymous AV id if process pid still owns it:
 // the agent's clean-up after processes that died without closing their
 // AVs. It fails with ENOENT when the slot holds anything else by now.
