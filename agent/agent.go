@@ -49,6 +49,12 @@ type Config struct {
 	// Loader sizes (zero: the loader's defaults). They must match the
 	// pinned maps' when re-adopting.
 	Sizes loader.Config
+	// AdminGroup (name or number) may detach and change any AV besides
+	// root; empty: root only.
+	AdminGroup string
+	// Limits bound every caller's requests and holdings (zero fields:
+	// DefaultLimits).
+	Limits Limits
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -65,6 +71,10 @@ type Agent struct {
 	serving sync.WaitGroup // connection goroutines, which release endpoints
 
 	handlers map[string]handler // the dispatch table (server.go), one per ctl operation
+	adminGID int                // -1: no admin group
+	nconns   int                // open connections, guarded by mu
+	usage    map[uint32]*usage  // per uid, guarded by mu
+	owners   map[string]uint32  // creators of the AVs made through this agent, guarded by mu
 
 	ro          []*ebpf.Map          // read-only map handles handed to applications
 	atts        []*loader.Attachment // guarded by mu
@@ -92,6 +102,18 @@ func New(cfg Config) (_ *Agent, err error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}, started: time.Now()}
 	a.handlers = a.handlerTable()
+	a.usage = map[uint32]*usage{}
+	a.owners = map[string]uint32{}
+	a.adminGID = -1
+	a.cfg.Limits.defaults()
+	if err := a.cfg.Limits.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.AdminGroup != "" {
+		if a.adminGID, err = lookupGroup(cfg.AdminGroup); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		if err != nil {
 			a.close(false)
@@ -274,7 +296,7 @@ func lookupGroup(g string) (int, error) {
 	}
 	grp, err := user.LookupGroup(g)
 	if err != nil {
-		return 0, fmt.Errorf("agent: socket group %q: %v (create it, e.g. with systemd-sysusers, or pass a number): %w", g, err, fi.EINVAL)
+		return 0, fmt.Errorf("agent: group %q: %v (create it, e.g. with systemd-sysusers, or pass a number): %w", g, err, fi.EINVAL)
 	}
 	return strconv.Atoi(grp.Gid)
 }

@@ -38,7 +38,30 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 	return v, nil
 }
 
-func (a *Agent) avCreate(args ctl.AVCreateArgs) (ctl.AVInfo, error) {
+// mayWriteAV refuses a caller that may not change the named AV: admins
+// may change every AV, others only the AVs they created through this agent.
+// An AV made by a process outside the agent (a root application using the
+// library) belongs to root.
+func (a *Agent) mayWriteAV(who caller, what, name string) error {
+	if a.admin(who) {
+		return nil
+	}
+	a.mu.Lock()
+	owner, ok := a.owners[name]
+	a.mu.Unlock()
+	if ok && owner == who.uid {
+		return nil
+	}
+	return fmt.Errorf("%s %q: uid %d is not its owner: %w", what, name, who.uid, fi.EACCES)
+}
+
+func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) {
+	if err := av.ValidName(args.Name); err != nil {
+		return ctl.AVInfo{}, fmt.Errorf("av create: %w", err)
+	}
+	if args.Count < 0 || args.Count > a.cfg.Limits.AVCount {
+		return ctl.AVInfo{}, fmt.Errorf("av create: count %d, at most %d: %w", args.Count, a.cfg.Limits.AVCount, fi.EINVAL)
+	}
 	attr := av.Attr{Name: args.Name, Count: args.Count, RxCtxBits: args.RxCtxBits}
 	switch args.Type {
 	case "", "table":
@@ -56,15 +79,37 @@ func (a *Agent) avCreate(args ctl.AVCreateArgs) (ctl.AVInfo, error) {
 	}
 	a.mu.Lock()
 	if a.avs[args.Name] == nil {
+		// Opening an AV that exists is fine for anyone (it changes nothing);
+		// creating one counts against the caller's quota.
+		exists := av.Exists(a.dp, args.Name)
+		if !exists && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID && !who.root() {
+			a.mu.Unlock()
+			return ctl.AVInfo{}, fmt.Errorf("av create %q: uid %d owns %d AVs, its quota: %w", args.Name, who.uid, a.ownedBy(who.uid), fi.EDQUOT)
+		}
 		v, err := av.Open(a.dp, &attr)
 		if err != nil {
 			a.mu.Unlock()
 			return ctl.AVInfo{}, fmt.Errorf("av create %q: %w", args.Name, err)
 		}
 		a.avs[args.Name] = v
+		if !exists {
+			a.owners[args.Name] = who.uid
+			a.log.Info("av created", "name", args.Name, "uid", who.uid, "pid", who.pid)
+		}
 	}
 	a.mu.Unlock()
 	return a.avInfo(args.Name)
+}
+
+// ownedBy counts the AVs uid created through the agent; a.mu held.
+func (a *Agent) ownedBy(uid uint32) int {
+	n := 0
+	for _, o := range a.owners {
+		if o == uid {
+			n++
+		}
+	}
+	return n
 }
 
 // MaxPerCall bounds the addresses of one insert request, so that its reply
@@ -126,6 +171,9 @@ func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs) (ctl.InsertResult, error) 
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return ctl.InsertResult{}, err
+	}
+	if args.NodeCnt < 0 || args.SvcCnt < 0 {
+		return ctl.InsertResult{}, fmt.Errorf("av insertsym: node count %d, service count %d: %w", args.NodeCnt, args.SvcCnt, fi.EINVAL)
 	}
 	nodes, svcs := max(args.NodeCnt, 1), max(args.SvcCnt, 1)
 	if nodes > maxPerCall || svcs > maxPerCall || nodes*svcs > maxPerCall {
@@ -231,7 +279,7 @@ func (a *Agent) avSetUserID(args ctl.AVSetUserIDArgs) error {
 
 // avDestroy closes the agent's handle and destroys the AV under a.mu, so
 // no request reopens it (or binds an endpoint to it) in between.
-func (a *Agent) avDestroy(name string) error {
+func (a *Agent) avDestroy(name string, who caller) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if v := a.avs[name]; v != nil {
@@ -240,5 +288,10 @@ func (a *Agent) avDestroy(name string) error {
 		}
 		delete(a.avs, name)
 	}
-	return av.Destroy(a.dp, name)
+	if err := av.Destroy(a.dp, name); err != nil {
+		return err
+	}
+	delete(a.owners, name)
+	a.log.Info("av destroyed", "name", name, "uid", who.uid, "pid", who.pid)
+	return nil
 }

@@ -13,25 +13,100 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// clientEP is an endpoint the agent prepared for a ctl.
+// clientEP is an endpoint the agent prepared for a client.
 type clientEP struct {
 	p      *ep.Prepared
 	local  string
 	pid    int32
+	umem   int64             // bytes counted against the owner's quota
 	report *ctl.EPReportArgs // the application's latest CQ statistics
+}
+
+// checkEPOpen validates an endpoint request against the agent's limits
+// and attachments, before anything is allocated.
+func (a *Agent) checkEPOpen(args ctl.EPOpenArgs) (netip.AddrPort, error) {
+	local, err := netip.ParseAddrPort(args.Local)
+	if err != nil || local.Addr().Zone() != "" {
+		return local, fmt.Errorf("ep open: local address %q: want ADDR:PORT: %w", args.Local, fi.EINVAL)
+	}
+	l := a.cfg.Limits
+	switch {
+	case !l.Ports.Contains(local.Port()):
+		return local, fmt.Errorf("ep open: port %d is outside the ports the agent lets applications claim (%v): %w",
+			local.Port(), l.Ports, fi.EACCES)
+	case args.Frames < 0 || args.Frames > l.Frames:
+		return local, fmt.Errorf("ep open: %d frames, at most %d: %w", args.Frames, l.Frames, fi.EINVAL)
+	case args.RingSize < 0 || args.RingSize > l.RingSize:
+		return local, fmt.Errorf("ep open: ring size %d, at most %d: %w", args.RingSize, l.RingSize, fi.EINVAL)
+	case args.RxContexts < 0 || args.RxContexts > l.RxContexts:
+		return local, fmt.Errorf("ep open: %d receive contexts, at most %d: %w", args.RxContexts, l.RxContexts, fi.EINVAL)
+	case args.Queues < 0 || args.Queues > ep.MaxQueues:
+		return local, fmt.Errorf("ep open: %d queues, at most %d: %w", args.Queues, ep.MaxQueues, fi.EINVAL)
+	}
+	if !a.attachedTo(args.Iface) {
+		return local, fmt.Errorf("ep open: the agent serves no interface %q (it attached to %v): %w",
+			args.Iface, a.cfg.Ifaces, fi.ENODEV)
+	}
+	return local, nil
+}
+
+// attachedTo reports whether the agent's program is attached to iface.
+func (a *Agent) attachedTo(iface string) bool {
+	for _, att := range a.attachments() {
+		if att.Ifname == iface {
+			return true
+		}
+	}
+	return false
+}
+
+// reserveEP counts an endpoint of umem bytes against uid's quotas.
+func (a *Agent) reserveEP(uid uint32, umem int64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u, l := a.usageOf(uid), a.cfg.Limits
+	switch {
+	case u.endpoints >= l.EndpointsPerUID:
+		return fmt.Errorf("ep open: uid %d holds %d endpoints, its quota: %w", uid, u.endpoints, fi.EDQUOT)
+	case u.umem+umem > l.UMEMBytesPerUID:
+		return fmt.Errorf("ep open: uid %d holds %d bytes of frame memory, %d more exceed its quota of %d: %w",
+			uid, u.umem, umem, l.UMEMBytesPerUID, fi.EDQUOT)
+	}
+	u.endpoints++
+	u.umem += umem
+	return nil
+}
+
+// releaseEP gives an endpoint's quota back.
+func (a *Agent) releaseEP(uid uint32, umem int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.usageOf(uid)
+	u.endpoints--
+	u.umem -= umem
+	a.forgetIdle(uid)
 }
 
 // epOpen prepares an endpoint for the client and hands its descriptors
 // over; the connection owns it from then on.
-func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (ctl.EPOpenResult, []int, error) {
-	local, err := netip.ParseAddrPort(args.Local)
+func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (_ ctl.EPOpenResult, _ []int, err error) {
+	local, err := a.checkEPOpen(args)
 	if err != nil {
-		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: local address %q: %w", args.Local, fi.EINVAL)
+		return ctl.EPOpenResult{}, nil, err
 	}
 	v, err := a.namedAV(args.AV)
 	if err != nil {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %w", err)
 	}
+	umem := umemBytes(args.Frames)
+	if err := a.reserveEP(cn.who.uid, umem); err != nil {
+		return ctl.EPOpenResult{}, nil, err
+	}
+	defer func() {
+		if err != nil {
+			a.releaseEP(cn.who.uid, umem)
+		}
+	}()
 	p, err := ep.Prepare(a.dp, ep.Attr{
 		Ifname: args.Iface, Local: local, AV: v, Caps: args.Caps, RxContexts: args.RxContexts, Queues: args.Queues,
 		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
@@ -46,14 +121,11 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (ctl.EPOpenResult, []int, 
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
 			info.RxContexts, info.Queues, len(fds), ctl.MaxFDs, fi.EINVAL)
 	}
-	e := &clientEP{p: p, local: args.Local}
-	if cn.cred != nil {
-		e.pid = cn.cred.Pid
-	}
+	e := &clientEP{p: p, local: args.Local, pid: cn.who.pid, umem: umem}
 	cn.mu.Lock()
 	cn.eps = append(cn.eps, e)
 	cn.mu.Unlock()
-	a.log.Info("endpoint prepared", "id", info.ID, "local", args.Local, "iface", args.Iface, "pid", e.pid)
+	a.log.Info("endpoint prepared", "id", info.ID, "local", args.Local, "iface", args.Iface, "pid", e.pid, "uid", cn.who.uid)
 	return ctl.EPOpenResult{Handover: info}, fds, nil
 }
 
@@ -63,7 +135,8 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 	for i, e := range cn.eps {
 		if e.p.ID() == id {
 			cn.eps = append(cn.eps[:i], cn.eps[i+1:]...)
-			a.log.Info("endpoint closed", "id", id)
+			a.log.Info("endpoint closed", "id", id, "uid", cn.who.uid)
+			defer a.releaseEP(cn.who.uid, e.umem)
 			return e.p.Close()
 		}
 	}
@@ -93,6 +166,7 @@ func (a *Agent) releaseClient(cn *conn) {
 		if err := e.p.Close(); err != nil {
 			a.log.Warn("release endpoint", "id", e.p.ID(), "err", err)
 		}
+		a.releaseEP(cn.who.uid, e.umem)
 	}
 	cn.eps = nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -104,18 +105,24 @@ func TestAgentInProcess(t *testing.T) {
 
 // inProcessAgent runs an agent in this process on a new bed's side A, until
 // the test ends; it returns the agent, the bed and the control socket.
-func inProcessAgent(t *testing.T) (*agent.Agent, *testbed.Bed, string) {
+func inProcessAgent(t *testing.T, adjust ...func(*agent.Config)) (*agent.Agent, *testbed.Bed, string) {
 	t.Helper()
 	testutil.RequirePrivileged(t)
 	bed := testbed.New(t, testbed.Options{})
 	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755) // the test's own 0700 directory: others may reach the socket
 	root := filepath.Join(dir, "bpffs")
 	sock := filepath.Join(dir, "s")
 	t.Cleanup(func() { loader.UnmountBPFFS(root) })
 	var a *agent.Agent
 	err := bed.A.Do(func() (err error) {
-		a, err = agent.New(agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: sock,
-			MetricsAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		cfg := agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: sock,
+			MetricsAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		for _, f := range adjust {
+			f(&cfg)
+		}
+		a, err = agent.New(cfg)
 		return err
 	})
 	if err != nil {

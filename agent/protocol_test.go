@@ -47,7 +47,7 @@ func (r *rawConn) call(op, args string) (ctl.Response, error) {
 
 func (r *rawConn) read() (ctl.Response, error) {
 	var resp ctl.Response
-	fds, err := ctl.ReadMsg(r.c, make([]byte, ctl.MaxMessage), &resp)
+	fds, err := ctl.ReadMsg(r.c, &resp)
 	for range fds {
 		r.t.Errorf("unexpected descriptors")
 	}

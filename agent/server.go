@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
@@ -16,8 +17,8 @@ import (
 
 // conn is one client connection and what it owns.
 type conn struct {
-	c    *net.UnixConn
-	cred *unix.Ucred
+	c   *net.UnixConn
+	who caller
 
 	mu  sync.Mutex
 	eps []*clientEP // endpoints to release when the connection ends
@@ -33,14 +34,22 @@ func (a *Agent) accept() error {
 			return fmt.Errorf("agent: accept: %w", err)
 		}
 		cn := &conn{c: c}
+		var credErr error
 		if raw, err := c.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
-				cn.cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+				cn.who, credErr = credentials(int(fd))
 				// Room for a whole reply (an AV listing page, say): a
 				// SEQPACKET message must fit the sender's buffer. Without
 				// CAP_NET_ADMIN this fails and large replies get EMSGSIZE.
 				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*ctl.MaxMessage)
 			})
+		} else {
+			credErr = err
+		}
+		if err := a.admit(cn, credErr); err != nil {
+			a.log.Warn("connection refused", "uid", cn.who.uid, "pid", cn.who.pid, "err", err)
+			a.refuse(c, err)
+			continue
 		}
 		a.mu.Lock()
 		a.clients[cn] = struct{}{}
@@ -57,22 +66,23 @@ func (a *Agent) accept() error {
 // version handshake. When the connection ends (the process closed it or
 // died), its endpoints are released.
 func (a *Agent) serve(cn *conn) {
-	log := a.log.With("pid", credField(cn, func(c *unix.Ucred) int { return int(c.Pid) }),
-		"uid", credField(cn, func(c *unix.Ucred) int { return int(c.Uid) }))
+	log := a.log.With("pid", cn.who.pid, "uid", cn.who.uid)
 	log.Debug("client connected")
 	defer func() {
 		a.releaseClient(cn)
 		cn.c.Close()
 		a.mu.Lock()
 		delete(a.clients, cn)
+		a.nconns--
+		a.usageOf(cn.who.uid).conns--
+		a.forgetIdle(cn.who.uid)
 		a.mu.Unlock()
 		log.Debug("client gone")
 	}()
-	buf := make([]byte, ctl.MaxMessage)
 	greeted := false
 	for {
 		var req ctl.Request
-		fds, err := ctl.ReadMsg(cn.c, buf, &req)
+		fds, err := ctl.ReadMsg(cn.c, &req)
 		closeFDs(fds) // clients send none
 		if err != nil {
 			if errors.Is(err, fi.EINVAL) || errors.Is(err, fi.EMSGSIZE) {
@@ -138,11 +148,68 @@ func (a *Agent) reply(cn *conn, log *slog.Logger, op string, resp *ctl.Response,
 	return err
 }
 
-func credField(cn *conn, f func(*unix.Ucred) int) int {
-	if cn.cred == nil {
-		return -1
+// refusing bounds the connections being refused at once.
+var refusing = make(chan struct{}, 64)
+
+// refuse answers a refused connection's first request with err, then
+// closes it. Answering the request (rather than closing at once) lets the
+// client read why: a socket closed with an unread message makes the
+// peer's next read fail with ECONNRESET instead. The wait is bounded in
+// time and in number; beyond that the connection is just closed.
+func (a *Agent) refuse(c *net.UnixConn, err error) {
+	select {
+	case refusing <- struct{}{}:
+	default:
+		c.Close()
+		return
 	}
-	return f(cn.cred)
+	go func() {
+		defer func() { <-refusing }()
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		var req ctl.Request
+		fds, rerr := ctl.ReadMsg(c, &req)
+		closeFDs(fds)
+		if rerr == nil {
+			ctl.WriteMsg(c, ctl.ErrorResponse(req.ID, err), nil)
+		}
+	}()
+}
+
+// admit counts a new connection against the limits, or refuses it.
+func (a *Agent) admit(cn *conn, credErr error) error {
+	if credErr != nil {
+		return fmt.Errorf("cannot tell who connected: %v: %w", credErr, fi.EACCES)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.usageOf(cn.who.uid)
+	switch l := a.cfg.Limits; {
+	case a.nconns >= l.Conns:
+		return fmt.Errorf("the agent serves %d connections, its limit: %w", a.nconns, fi.EAGAIN)
+	case u.conns >= l.ConnsPerUID:
+		return fmt.Errorf("uid %d has %d connections open, its limit: %w", cn.who.uid, u.conns, fi.EDQUOT)
+	}
+	a.nconns++
+	u.conns++
+	return nil
+}
+
+// forgetIdle drops uid's usage record once it holds nothing; a.mu held.
+func (a *Agent) forgetIdle(uid uint32) {
+	if u := a.usage[uid]; u != nil && *u == (usage{}) {
+		delete(a.usage, uid)
+	}
+}
+
+// usageOf returns uid's usage record; a.mu held.
+func (a *Agent) usageOf(uid uint32) *usage {
+	u := a.usage[uid]
+	if u == nil {
+		u = &usage{}
+		a.usage[uid] = u
+	}
+	return u
 }
 
 func closeFDs(fds []int) {
@@ -196,6 +263,19 @@ func plain[A, R any](op ctl.Op[A, R], f func(args A) (R, error)) (string, handle
 	})
 }
 
+// writeAV guards a handler that changes the AV its arguments name: the
+// caller must be allowed to write it (mayWriteAV).
+func writeAV[A, R any](a *Agent, what string, name func(A) string, f func(A) (R, error)) func(*conn, A) (R, []int, error) {
+	return func(cn *conn, args A) (R, []int, error) {
+		if err := a.mayWriteAV(cn.who, what, name(args)); err != nil {
+			var zero R
+			return zero, nil, err
+		}
+		r, err := f(args)
+		return r, nil, err
+	}
+}
+
 // none adapts a function without result to a handler body.
 func none[A any](f func(A) error) func(A) (ctl.None, error) {
 	return func(args A) (ctl.None, error) { return ctl.None{}, f(args) }
@@ -207,16 +287,29 @@ func (a *Agent) handlerTable() map[string]handler {
 	add := func(name string, h handler) { t[name] = h }
 	add(plain(ctl.OpStatus, func(ctl.None) (ctl.Status, error) { return a.status(true) }))
 	add(plain(ctl.OpStats, func(ctl.None) (map[string]uint64, error) { return a.stats() }))
-	add(plain(ctl.OpDetach, none(func(args ctl.DetachArgs) error { return a.detach(args.Iface) })))
-	add(plain(ctl.OpAVCreate, a.avCreate))
-	add(plain(ctl.OpAVInsert, a.avInsert))
-	add(plain(ctl.OpAVInsertSym, a.avInsertSym))
-	add(plain(ctl.OpAVRemove, none(a.avRemove)))
+	add(typed(ctl.OpDetach, func(cn *conn, args ctl.DetachArgs) (ctl.None, []int, error) {
+		if err := a.requireAdmin(cn.who, "detach "+args.Iface); err != nil {
+			return ctl.None{}, nil, err
+		}
+		return ctl.None{}, nil, a.detach(args.Iface, cn.who)
+	}))
+	add(typed(ctl.OpAVCreate, func(cn *conn, args ctl.AVCreateArgs) (ctl.AVInfo, []int, error) {
+		r, err := a.avCreate(cn.who, args)
+		return r, nil, err
+	}))
+	add(typed(ctl.OpAVInsert, writeAV(a, "av insert", func(args ctl.AVInsertArgs) string { return args.Name }, a.avInsert)))
+	add(typed(ctl.OpAVInsertSym, writeAV(a, "av insertsym", func(args ctl.AVInsertSymArgs) string { return args.Name }, a.avInsertSym)))
+	add(typed(ctl.OpAVRemove, writeAV(a, "av remove", func(args ctl.AVRemoveArgs) string { return args.Name }, none(a.avRemove))))
 	add(plain(ctl.OpAVLookup, a.avLookup))
 	add(plain(ctl.OpAVList, a.avList))
 	add(plain(ctl.OpAVStrAddr, a.avStrAddr))
-	add(plain(ctl.OpAVSetUserID, none(a.avSetUserID)))
-	add(plain(ctl.OpAVDestroy, none(func(args ctl.AVNameArgs) error { return a.avDestroy(args.Name) })))
+	add(typed(ctl.OpAVSetUserID, writeAV(a, "av set-user-id", func(args ctl.AVSetUserIDArgs) string { return args.Name }, none(a.avSetUserID))))
+	add(typed(ctl.OpAVDestroy, func(cn *conn, args ctl.AVNameArgs) (ctl.None, []int, error) {
+		if err := a.mayWriteAV(cn.who, "av destroy", args.Name); err != nil {
+			return ctl.None{}, nil, err
+		}
+		return ctl.None{}, nil, a.avDestroy(args.Name, cn.who)
+	}))
 	add(typed(ctl.OpEPOpen, a.epOpen))
 	add(typed(ctl.OpEPClose, func(cn *conn, args ctl.EPCloseArgs) (ctl.None, []int, error) {
 		return ctl.None{}, nil, a.epClose(cn, args.ID)

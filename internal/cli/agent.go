@@ -41,11 +41,17 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	detach := fs.Bool("detach-on-exit", false, "remove the XDP program when the agent exits")
 	avEntries := fs.Uint("av-entries", 0, "capacity of the AV maps (0: default 262144; must match pinned maps)")
+	adminGroup := fs.String("admin-group", "", "group (name or number) whose members may detach and change every AV, besides root")
+	ports := fs.String("ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if len(ifaces) == 0 {
 		return usagef("--iface is required")
+	}
+	portRange, err := agent.ParsePortRange(*ports)
+	if err != nil {
+		return usagef("--ports: %v", err)
 	}
 	m, err := loader.ParseMode(*mode)
 	if err != nil {
@@ -69,7 +75,8 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 	slog.SetDefault(log)
 	a, err := agent.New(agent.Config{
 		Ifaces: ifaces, Mode: m, PinRoot: *pinRoot, Socket: *socket, SocketGroup: *group,
-		MetricsAddr: *metrics, DetachOnExit: *detach, Logger: log,
+		MetricsAddr: *metrics, DetachOnExit: *detach, Logger: log, AdminGroup: *adminGroup,
+		Limits: agent.Limits{Ports: portRange},
 		Sizes: loader.Config{AVEntries: uint32(*avEntries)},
 	})
 	if err != nil {

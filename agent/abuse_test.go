@@ -1,0 +1,202 @@
+package agent_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/xdpfab/xdpfab/agent"
+	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"golang.org/x/sys/unix"
+)
+
+// The attacker of these tests: uid 65534 (nobody), in the socket's group,
+// without capabilities.
+const nobody = 65534
+
+// asUser runs fn on a thread whose credentials are uid/gid with no
+// supplementary groups; what it connects carries them (SO_PEERCRED and
+// SO_PEERGROUPS are the connecting thread's). The thread is discarded
+// afterwards.
+func asUser(t *testing.T, uid, gid int, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			t.Errorf("setgroups: %v", e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+			t.Errorf("setresgid: %v", e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+			t.Errorf("setresuid: %v", e)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+// dialAs connects to the agent as uid/gid.
+func dialAs(t *testing.T, sock string, uid, gid int) (*client.Client, error) {
+	t.Helper()
+	var c *client.Client
+	var err error
+	asUser(t, uid, gid, func() { c, err = client.Dial(sock) })
+	if err == nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+func mustDialAs(t *testing.T, sock string, uid, gid int) *client.Client {
+	t.Helper()
+	c, err := dialAs(t, sock, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func wantErrno(t *testing.T, what string, err error, want fi.Errno) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %s", what, err, want.Name())
+	}
+}
+
+// An attacker in the agent's group: every finding of the first round's
+// attack, each refused with an errno, the agent still serving root and
+// everyone else afterwards.
+func TestAbuseAsGroupMember(t *testing.T) {
+	_, bed, sock := inProcessAgent(t, func(c *agent.Config) {
+		c.SocketGroup = fmt.Sprint(nobody)
+		c.Limits.ConnsPerUID = 8
+		c.Limits.UMEMBytesPerUID = 8 << 20 // 2048 frames of 4 KiB
+	})
+	root, err := client.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "rootav"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := root.AVInsert(ctl.AVInsertArgs{Name: "rootav", Addrs: []string{"198.18.7.1:7000"}}); err != nil || r.Inserted != 1 {
+		t.Fatal(r, err)
+	}
+	evil := mustDialAs(t, sock, nobody, nobody)
+	local := netip.AddrPortFrom(bed.A.IPv4, 7000).String()
+	open := func(args ctl.EPOpenArgs) error {
+		args.Iface, args.AV = testbed.LinkName, "rootav"
+		if args.Local == "" {
+			args.Local = local
+		}
+		_, err := evil.Call(ctl.OpEPOpen.Name(), args, nil)
+		return err
+	}
+
+	t.Run("sizes", func(t *testing.T) {
+		wantErrno(t, "queues 2^62", open(ctl.EPOpenArgs{Queues: 1 << 62}), fi.EINVAL)
+		wantErrno(t, "queues 2^34", open(ctl.EPOpenArgs{Queues: 1 << 34}), fi.EINVAL)
+		wantErrno(t, "queues 2^40", open(ctl.EPOpenArgs{Queues: 1 << 40}), fi.EINVAL)
+		wantErrno(t, "frames 131072", open(ctl.EPOpenArgs{Frames: 131072}), fi.EINVAL)
+		wantErrno(t, "ring 2^30", open(ctl.EPOpenArgs{RingSize: 1 << 30}), fi.EINVAL)
+		wantErrno(t, "contexts 2^20", open(ctl.EPOpenArgs{RxContexts: 1 << 20}), fi.EINVAL)
+		wantErrno(t, "negative frames", open(ctl.EPOpenArgs{Frames: -1}), fi.EINVAL)
+	})
+	t.Run("ports", func(t *testing.T) {
+		wantErrno(t, "0.0.0.0:53", open(ctl.EPOpenArgs{Local: "0.0.0.0:53"}), fi.EACCES)
+		wantErrno(t, "a privileged port", open(ctl.EPOpenArgs{Local: netip.AddrPortFrom(bed.A.IPv4, 1023).String()}), fi.EACCES)
+		wantErrno(t, "another interface", func() error {
+			_, err := evil.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: "lo", Local: local, AV: "rootav"}, nil)
+			return err
+		}(), fi.ENODEV)
+	})
+	t.Run("quota", func(t *testing.T) {
+		// 8 MiB of frame memory: 4096 frames (16 MiB) are refused before
+		// anything is made. (Endpoints that fit are opened in
+		// TestUnprivilegedApp, where the agent runs in the interface's
+		// namespace.)
+		wantErrno(t, "frame memory beyond the quota", open(ctl.EPOpenArgs{Frames: 4096}), fi.EDQUOT)
+	})
+	t.Run("detach", func(t *testing.T) {
+		wantErrno(t, "detach", evil.Detach(testbed.LinkName), fi.EACCES)
+		if st, err := root.Status(); err != nil || len(st.Attachments) != 1 {
+			t.Errorf("after a refused detach: %+v %v", st.Attachments, err)
+		}
+	})
+	t.Run("root's AV", func(t *testing.T) {
+		_, err := evil.AVInsert(ctl.AVInsertArgs{Name: "rootav", Addrs: []string{"198.18.7.2:7000"}})
+		wantErrno(t, "insert into root's AV", err, fi.EACCES)
+		wantErrno(t, "remove from root's AV", evil.AVRemove("rootav", []fi.Addr{0}), fi.EACCES)
+		wantErrno(t, "set a user ID in root's AV", evil.AVSetUserID("rootav", 0, 7), fi.EACCES)
+		_, err = evil.AVInsertSym(ctl.AVInsertSymArgs{Name: "rootav", Node: "198.18.7.3", Service: "7000"})
+		wantErrno(t, "insertsym into root's AV", err, fi.EACCES)
+		wantErrno(t, "destroy root's AV", evil.AVDestroy("rootav"), fi.EACCES)
+		if e, err := root.AVLookup("rootav", 0); err != nil || e.Addr.String() != "198.18.7.1:7000" {
+			t.Errorf("root's AV changed: %+v %v", e, err)
+		}
+		// Reading is allowed: the maps are readable by the group anyway.
+		if _, err := evil.AVLookup("rootav", 0); err != nil {
+			t.Errorf("lookup: %v", err)
+		}
+	})
+	t.Run("own AV", func(t *testing.T) {
+		if _, err := evil.AVCreate(ctl.AVCreateArgs{Name: "mine"}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := evil.AVInsert(ctl.AVInsertArgs{Name: "mine", Addrs: []string{"198.18.7.9:7000"}}); err != nil || r.Inserted != 1 {
+			t.Fatalf("insert into its own AV: %+v %v", r, err)
+		}
+		// Another user may not touch it; root may.
+		other := mustDialAs(t, sock, 4242, nobody)
+		wantErrno(t, "another uid removes", other.AVRemove("mine", []fi.Addr{0}), fi.EACCES)
+		if err := root.AVRemove("mine", []fi.Addr{0}); err != nil {
+			t.Errorf("root removes: %v", err)
+		}
+		if err := evil.AVDestroy("mine"); err != nil {
+			t.Errorf("owner destroys: %v", err)
+		}
+	})
+	t.Run("names and counts", func(t *testing.T) {
+		for _, name := range []string{"../x", "line\nbreak", "rtl\u202e", "\xff\xfe"} {
+			_, err := evil.AVCreate(ctl.AVCreateArgs{Name: name})
+			wantErrno(t, fmt.Sprintf("AV named %q", name), err, fi.EINVAL)
+		}
+		_, err := evil.AVCreate(ctl.AVCreateArgs{Name: "big", Count: 1 << 40})
+		wantErrno(t, "count 2^40", err, fi.EINVAL)
+		_, err = root.AVInsertSym(ctl.AVInsertSymArgs{Name: "rootav", Node: "198.18.8.1", NodeCnt: -1, Service: "7000"})
+		wantErrno(t, "node_cnt -1", err, fi.EINVAL)
+		if n, err := root.AVList("rootav"); err != nil || n.Entries != 1 {
+			t.Errorf("after refused inserts: %d entries, %v", n.Entries, err)
+		}
+	})
+	t.Run("connections", func(t *testing.T) {
+		var errs []error
+		for range 10 {
+			if _, err := dialAs(t, sock, 4343, nobody); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) != 2 || !errors.Is(errs[0], fi.EDQUOT) || !strings.Contains(errs[0].Error(), "4343") {
+			t.Errorf("10 connections with a limit of 8: refused %v", errs)
+		}
+		if _, err := root.Status(); err != nil {
+			t.Errorf("root after the flood: %v", err)
+		}
+	})
+	if _, err := root.Status(); err != nil {
+		t.Fatalf("the agent stopped serving: %v", err)
+	}
+}

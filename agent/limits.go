@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Limits bound what callers may ask of the agent and hold at once. Every
+// request field is checked against them before anything is allocated;
+// quotas are per uid (several processes of one user share them) and are
+// given back when the caller closes, ends its connection or dies. A zero
+// field takes DefaultLimits' value.
+type Limits struct {
+	// Conns bounds connections at once, ConnsPerUID those of one uid.
+	Conns, ConnsPerUID int
+	// EndpointsPerUID bounds endpoints one uid holds through the agent.
+	EndpointsPerUID int
+	// UMEMBytesPerUID bounds the frame memory (UMEM) of one uid's
+	// endpoints together.
+	UMEMBytesPerUID int64
+	// Frames, RingSize and RxContexts bound one endpoint's request.
+	Frames, RingSize, RxContexts int
+	// AVsPerUID bounds the named AVs one uid owns.
+	AVsPerUID int
+	// AVCount bounds an AV's count hint (fi_av_attr count).
+	AVCount int
+	// Ports is the range of UDP ports applications may claim for
+	// endpoints. Ports below 1024 are refused unless the range includes
+	// them explicitly; a port the kernel has a socket bound to is always
+	// refused (EADDRINUSE).
+	Ports PortRange
+}
+
+// DefaultLimits are the limits of an agent configured with none.
+var DefaultLimits = Limits{
+	Conns:           1024,
+	ConnsPerUID:     64,
+	EndpointsPerUID: 64,
+	UMEMBytesPerUID: 1 << 30,
+	Frames:          1 << 16,
+	RingSize:        1 << 13,
+	RxContexts:      64,
+	AVsPerUID:       64,
+	AVCount:         1 << 20,
+	Ports:           PortRange{Min: 1024, Max: 65535},
+}
+
+func (l *Limits) defaults() {
+	d := DefaultLimits
+	set := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&l.Conns, d.Conns)
+	set(&l.ConnsPerUID, d.ConnsPerUID)
+	set(&l.EndpointsPerUID, d.EndpointsPerUID)
+	set(&l.Frames, d.Frames)
+	set(&l.RingSize, d.RingSize)
+	set(&l.RxContexts, d.RxContexts)
+	set(&l.AVsPerUID, d.AVsPerUID)
+	set(&l.AVCount, d.AVCount)
+	if l.UMEMBytesPerUID == 0 {
+		l.UMEMBytesPerUID = d.UMEMBytesPerUID
+	}
+	if l.Ports == (PortRange{}) {
+		l.Ports = d.Ports
+	}
+}
+
+// validate refuses limits that make no sense.
+func (l *Limits) validate() error {
+	for name, v := range map[string]int64{"conns": int64(l.Conns), "conns per uid": int64(l.ConnsPerUID),
+		"endpoints per uid": int64(l.EndpointsPerUID), "UMEM bytes per uid": l.UMEMBytesPerUID,
+		"frames": int64(l.Frames), "ring size": int64(l.RingSize), "receive contexts": int64(l.RxContexts),
+		"AVs per uid": int64(l.AVsPerUID), "AV count": int64(l.AVCount)} {
+		if v < 0 {
+			return fmt.Errorf("agent: limit %s is negative (%d): %w", name, v, fi.EINVAL)
+		}
+	}
+	if l.Ports.Min == 0 || l.Ports.Min > l.Ports.Max {
+		return fmt.Errorf("agent: port range %v: %w", l.Ports, fi.EINVAL)
+	}
+	return nil
+}
+
+// PortRange is an inclusive range of UDP ports.
+type PortRange struct{ Min, Max uint16 }
+
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
+
+// Contains reports whether port is in the range.
+func (r PortRange) Contains(port uint16) bool { return port >= r.Min && port <= r.Max }
+
+// ParsePortRange reads "LOW-HIGH" (or one port), 1..65535.
+func ParsePortRange(s string) (PortRange, error) {
+	lo, hi, found := strings.Cut(s, "-")
+	if !found {
+		hi = lo
+	}
+	a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+	b, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
+	if err1 != nil || err2 != nil || a == 0 || a > b {
+		return PortRange{}, fmt.Errorf("port range %q: want LOW-HIGH within 1-65535: %w", s, fi.EINVAL)
+	}
+	return PortRange{uint16(a), uint16(b)}, nil
+}
+
+// usage is what one uid holds through the agent.
+type usage struct {
+	conns, endpoints int
+	umem             int64
+}
+
+// umemBytes is the frame memory an endpoint request costs.
+func umemBytes(frames int) int64 {
+	if frames == 0 {
+		frames = 4096 // ep's default
+	}
+	return int64(frames) * dataplane.DefaultFrameSize
+}
