@@ -137,10 +137,8 @@ func AdoptSocket(fd, ifindex, queue int, umem *UMEM, cfg AdoptConfig) (*Socket, 
 }
 
 func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err error) {
-	if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil {
-		return nil, fmt.Errorf("SO_DOMAIN: %w", errnoOf(err))
-	} else if dom != unix.AF_XDP {
-		return nil, fmt.Errorf("not an AF_XDP socket (domain %d): %w", dom, fi.EINVAL)
+	if err := xskCheck(fd); err != nil {
+		return nil, err
 	}
 	ino, err := inodeOf(fd)
 	if err != nil {
@@ -182,29 +180,29 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 		}
 	}()
 
-	var off unix.XDPMmapOffsets
-	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
+	var off xdpMmapOffsets
+	if _, err := getsockoptPtr(fd, solXDP, optMmapOffsets, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
 		return nil, fmt.Errorf("XDP_MMAP_OFFSETS: %w", errnoOf(err))
 	}
 	if cfg.RxSize > 0 {
-		if s.rx, err = mapAdopted[Desc](fd, "rx", unix.XDP_PGOFF_RX_RING, cfg.RxSize, off.Rx); err != nil {
+		if s.rx, err = mapAdopted[Desc](fd, "rx", pgoffRxRing, cfg.RxSize, off.Rx); err != nil {
 			return nil, err
 		}
-	} else if ringExists(fd, unix.XDP_PGOFF_RX_RING) {
+	} else if ringExists(fd, pgoffRxRing) {
 		return nil, fmt.Errorf("socket has an rx ring, described as none: %w", fi.EINVAL)
 	}
 	if cfg.TxSize > 0 {
-		if s.tx, err = mapAdopted[Desc](fd, "tx", unix.XDP_PGOFF_TX_RING, cfg.TxSize, off.Tx); err != nil {
+		if s.tx, err = mapAdopted[Desc](fd, "tx", pgoffTxRing, cfg.TxSize, off.Tx); err != nil {
 			return nil, err
 		}
-	} else if ringExists(fd, unix.XDP_PGOFF_TX_RING) {
+	} else if ringExists(fd, pgoffTxRing) {
 		return nil, fmt.Errorf("socket has a tx ring, described as none: %w", fi.EINVAL)
 	}
 	if newQueue {
-		if q.fill, err = mapAdopted[uint64](fd, "fill", unix.XDP_UMEM_PGOFF_FILL_RING, u.cfg.FillSize, off.Fr); err != nil {
+		if q.fill, err = mapAdopted[uint64](fd, "fill", pgoffUmemFillRing, u.cfg.FillSize, off.Fr); err != nil {
 			return nil, err
 		}
-		if q.comp, err = mapAdopted[uint64](fd, "completion", unix.XDP_UMEM_PGOFF_COMPLETION_RING, u.cfg.CompSize, off.Cr); err != nil {
+		if q.comp, err = mapAdopted[uint64](fd, "completion", pgoffUmemCompletionRing, u.cfg.CompSize, off.Cr); err != nil {
 			return nil, err
 		}
 	}
@@ -221,10 +219,10 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 			q.fill.cachedProd, q.comp.cachedProd, fi.EBUSY)
 	}
 	var opts struct{ flags uint32 }
-	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
-		s.zeroCopy = opts.flags&unix.XDP_OPTIONS_ZEROCOPY != 0
+	if _, err := getsockoptPtr(fd, solXDP, optOptions, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
+		s.zeroCopy = opts.flags&optionsZeroCopy != 0
 	}
-	if usec, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL); err == nil {
+	if usec, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, soBusyPoll); err == nil {
 		s.busyPoll = usec > 0
 	}
 	unix.CloseOnExec(fd)
@@ -245,7 +243,7 @@ func ringExists(fd int, pgoff int64) bool {
 
 // mapAdopted maps an existing ring of size entries, failing with EINVAL if
 // the kernel's ring is visibly larger (see ringLarger).
-func mapAdopted[T uint64 | Desc](fd int, name string, pgoff int64, size int, off unix.XDPRingOffset) (ring[T], error) {
+func mapAdopted[T uint64 | Desc](fd int, name string, pgoff int64, size int, off xdpRingOffset) (ring[T], error) {
 	r, err := mapRing[T](fd, pgoff, uint32(size), off)
 	if errors.Is(err, unix.EINVAL) {
 		return r, fmt.Errorf("mmap %s ring of %d entries: larger than the socket's, or the socket has none: %w", name, size, fi.EINVAL)

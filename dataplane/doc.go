@@ -91,6 +91,15 @@
 // reported, and SIOCGSKNS, which names a socket's network namespace, needs
 // CAP_NET_ADMIN. Creating an AF_XDP socket needs CAP_NET_RAW.
 //
+// # Other systems
+//
+// AF_XDP is Linux's. Elsewhere the package builds, so that code above it
+// can be written and type-checked there, but Open, AdoptSocket, a shared
+// UMEM (NewUMEM with Shared) and ThreadNetns fail with fi.EOPNOTSUPP. The
+// AF_XDP ABI the package uses is defined in uapi.go (checked against
+// golang.org/x/sys/unix on Linux); the system calls only Linux has are in
+// sys_linux.go.
+//
 // # Costs
 //
 // Ring indices are atomics on the mmap'd rings (load-acquire and

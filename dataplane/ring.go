@@ -10,15 +10,13 @@ import (
 
 // Desc is one RX or TX ring descriptor (struct xdp_desc): a packet at UMEM
 // offset Addr of Len bytes. Options carries XDP_PKT_CONTD for multi-buffer
-// packets, which this package does not enable, so it is 0.
+// packets, which this package does not enable, so it is 0. The ring memory
+// is read through this type (uapi_linux.go checks its layout).
 type Desc struct {
 	Addr    uint64
 	Len     uint32
 	Options uint32
 }
-
-// Must match struct xdp_desc; the ring memory is read through this type.
-var _ [unsafe.Sizeof(unix.XDPDesc{})]struct{} = [unsafe.Sizeof(Desc{})]struct{}{}
 
 // ring is one single-producer single-consumer ring shared with the kernel.
 // For the fill and TX rings user space produces and the kernel consumes;
@@ -44,16 +42,16 @@ type ring[T uint64 | Desc] struct {
 }
 
 // ringBytes is the length of a ring of size entries laid out as off says.
-func ringBytes[T uint64 | Desc](size uint32, off unix.XDPRingOffset) int {
+func ringBytes[T uint64 | Desc](size uint32, off xdpRingOffset) int {
 	var zero T
 	return int(off.Desc) + int(size)*int(unsafe.Sizeof(zero))
 }
 
 // mapRing maps ring pgoff of fd with size entries laid out as off says.
 // The kernel refuses (EINVAL) a mapping longer than its ring.
-func mapRing[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRingOffset) (ring[T], error) {
+func mapRing[T uint64 | Desc](fd int, pgoff int64, size uint32, off xdpRingOffset) (ring[T], error) {
 	length := ringBytes[T](size, off)
-	mem, err := unix.Mmap(fd, pgoff, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(fd, pgoff, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|mapPopulate)
 	if err != nil {
 		return ring[T]{}, err
 	}
@@ -75,7 +73,7 @@ func mapRing[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRing
 // size entries, as far as mmap can tell: the kernel accepts a mapping up to
 // its ring's allocation, which is whole pages, so a ring larger than size
 // entries is seen only if it spans more pages than size entries need.
-func ringLarger[T uint64 | Desc](fd int, pgoff int64, size uint32, off unix.XDPRingOffset) bool {
+func ringLarger[T uint64 | Desc](fd int, pgoff int64, size uint32, off xdpRingOffset) bool {
 	page := os.Getpagesize()
 	length := (ringBytes[T](size, off)+page-1)/page*page + page
 	mem, err := unix.Mmap(fd, pgoff, length, unix.PROT_READ, unix.MAP_SHARED)
@@ -97,7 +95,7 @@ func (r *ring[T]) unmap() error {
 
 // needWakeup reports whether the kernel set XDP_RING_NEED_WAKEUP.
 func (r *ring[T]) needWakeup() bool {
-	return r.flags.Load()&unix.XDP_RING_NEED_WAKEUP != 0
+	return r.flags.Load()&ringNeedWakeup != 0
 }
 
 // Producer side (fill, TX).

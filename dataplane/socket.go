@@ -154,7 +154,7 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 	if u.attached && len(u.sockets) == 0 {
 		return nil, fmt.Errorf("attached UMEM has no adopted socket to share the registration of (it must not be registered twice): %w", fi.EINVAL)
 	}
-	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	fd, err := xskSocket()
 	if err != nil {
 		return nil, fmt.Errorf("socket: %w", errnoOf(err))
 	}
@@ -189,10 +189,10 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 		if len(u.sockets) > 0 {
 			shareFD = u.sockets[0].fd
 		}
-		if err := setRingSize(fd, unix.XDP_UMEM_FILL_RING, u.cfg.FillSize); err != nil {
+		if err := setRingSize(fd, optUmemFillRing, u.cfg.FillSize); err != nil {
 			return nil, err
 		}
-		if err := setRingSize(fd, unix.XDP_UMEM_COMPLETION_RING, u.cfg.CompSize); err != nil {
+		if err := setRingSize(fd, optUmemCompletionRing, u.cfg.CompSize); err != nil {
 			return nil, err
 		}
 	} else {
@@ -204,12 +204,12 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 		}
 	}
 	if cfg.RxSize > 0 {
-		if err := setRingSize(fd, unix.XDP_RX_RING, cfg.RxSize); err != nil {
+		if err := setRingSize(fd, optRxRing, cfg.RxSize); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.TxSize > 0 {
-		if err := setRingSize(fd, unix.XDP_TX_RING, cfg.TxSize); err != nil {
+		if err := setRingSize(fd, optTxRing, cfg.TxSize); err != nil {
 			return nil, err
 		}
 	}
@@ -217,25 +217,25 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 		return nil, err
 	}
 
-	var off unix.XDPMmapOffsets
-	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
+	var off xdpMmapOffsets
+	if _, err := getsockoptPtr(fd, solXDP, optMmapOffsets, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
 		return nil, fmt.Errorf("XDP_MMAP_OFFSETS: %w", errnoOf(err))
 	}
 	if cfg.RxSize > 0 {
-		if s.rx, err = mapRing[Desc](fd, unix.XDP_PGOFF_RX_RING, uint32(cfg.RxSize), off.Rx); err != nil {
+		if s.rx, err = mapRing[Desc](fd, pgoffRxRing, uint32(cfg.RxSize), off.Rx); err != nil {
 			return nil, fmt.Errorf("mmap rx ring: %w", errnoOf(err))
 		}
 	}
 	if cfg.TxSize > 0 {
-		if s.tx, err = mapRing[Desc](fd, unix.XDP_PGOFF_TX_RING, uint32(cfg.TxSize), off.Tx); err != nil {
+		if s.tx, err = mapRing[Desc](fd, pgoffTxRing, uint32(cfg.TxSize), off.Tx); err != nil {
 			return nil, fmt.Errorf("mmap tx ring: %w", errnoOf(err))
 		}
 	}
 	if newQueue {
-		if q.fill, err = mapRing[uint64](fd, unix.XDP_UMEM_PGOFF_FILL_RING, uint32(u.cfg.FillSize), off.Fr); err != nil {
+		if q.fill, err = mapRing[uint64](fd, pgoffUmemFillRing, uint32(u.cfg.FillSize), off.Fr); err != nil {
 			return nil, fmt.Errorf("mmap fill ring: %w", errnoOf(err))
 		}
-		if q.comp, err = mapRing[uint64](fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, uint32(u.cfg.CompSize), off.Cr); err != nil {
+		if q.comp, err = mapRing[uint64](fd, pgoffUmemCompletionRing, uint32(u.cfg.CompSize), off.Cr); err != nil {
 			return nil, fmt.Errorf("mmap completion ring: %w", errnoOf(err))
 		}
 	}
@@ -248,25 +248,25 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 		s.wakeup = u.sockets[0].wakeup
 	}
 	var opts struct{ flags uint32 }
-	if _, err := getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
-		s.zeroCopy = opts.flags&unix.XDP_OPTIONS_ZEROCOPY != 0
+	if _, err := getsockoptPtr(fd, solXDP, optOptions, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
+		s.zeroCopy = opts.flags&optionsZeroCopy != 0
 	}
 	u.add(s, q, newQueue)
 	return s, nil
 }
 
 func setRingSize(fd, opt, size int) error {
-	if err := unix.SetsockoptInt(fd, unix.SOL_XDP, opt, size); err != nil {
+	if err := unix.SetsockoptInt(fd, solXDP, opt, size); err != nil {
 		return fmt.Errorf("set %s size %d: %w", ringOptName[opt], size, errnoOf(err))
 	}
 	return nil
 }
 
 var ringOptName = map[int]string{
-	unix.XDP_RX_RING:              "rx ring",
-	unix.XDP_TX_RING:              "tx ring",
-	unix.XDP_UMEM_FILL_RING:       "fill ring",
-	unix.XDP_UMEM_COMPLETION_RING: "completion ring",
+	optRxRing:             "rx ring",
+	optTxRing:             "tx ring",
+	optUmemFillRing:       "fill ring",
+	optUmemCompletionRing: "completion ring",
 }
 
 func setSockopts(fd int, cfg SocketConfig) error {
@@ -276,9 +276,9 @@ func setSockopts(fd int, cfg SocketConfig) error {
 			name     string
 			opt, val int
 		}{
-			{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 1},
-			{"SO_BUSY_POLL", unix.SO_BUSY_POLL, usec},
-			{"SO_BUSY_POLL_BUDGET", unix.SO_BUSY_POLL_BUDGET, cfg.BusyPollBudget},
+			{"SO_PREFER_BUSY_POLL", soPreferBusyPoll, 1},
+			{"SO_BUSY_POLL", soBusyPoll, usec},
+			{"SO_BUSY_POLL_BUDGET", soBusyPollBudget, cfg.BusyPollBudget},
 		} {
 			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
 				return fmt.Errorf("%s %d: %w", o.name, o.val, errnoOf(err))
@@ -286,7 +286,7 @@ func setSockopts(fd int, cfg SocketConfig) error {
 		}
 	}
 	if cfg.TxBudget > 0 {
-		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, cfg.TxBudget); err != nil {
+		if err := unix.SetsockoptInt(fd, solXDP, optMaxTxSkbBudget, cfg.TxBudget); err != nil {
 			return fmt.Errorf("XDP_MAX_TX_SKB_BUDGET %d: %w", cfg.TxBudget, errnoOf(err))
 		}
 	}
@@ -296,42 +296,42 @@ func setSockopts(fd int, cfg SocketConfig) error {
 // bind binds the socket, sharing shareFD's UMEM if shareFD >= 0, retrying
 // EBUSY, and falling back from zero-copy to copy in BindAuto mode.
 func (s *Socket) bind(shareFD int, cfg SocketConfig) error {
-	sa := &unix.SockaddrXDP{Ifindex: uint32(s.ifindex), QueueID: uint32(s.queue)}
+	sa := &sockaddrXDP{Ifindex: uint32(s.ifindex), QueueID: uint32(s.queue)}
 	if shareFD >= 0 {
 		// Mode and need_wakeup come from the UMEM's existing binding.
-		sa.Flags = unix.XDP_SHARED_UMEM
+		sa.Flags = sxdpSharedUmem
 		sa.SharedUmemFD = uint32(shareFD)
 		return s.bindRetry(sa, cfg.Logger)
 	}
 	var wake uint16
 	if !cfg.DisableNeedWakeup {
-		wake = unix.XDP_USE_NEED_WAKEUP
+		wake = sxdpUseNeedWakeup
 	}
 	s.wakeup = wake != 0
 	switch cfg.Mode {
 	case BindCopy:
-		sa.Flags = unix.XDP_COPY | wake
+		sa.Flags = sxdpCopy | wake
 		return s.bindRetry(sa, cfg.Logger)
 	case BindZeroCopy:
-		sa.Flags = unix.XDP_ZEROCOPY | wake
+		sa.Flags = sxdpZeroCopy | wake
 		return s.bindRetry(sa, cfg.Logger)
 	}
-	sa.Flags = unix.XDP_ZEROCOPY | wake
+	sa.Flags = sxdpZeroCopy | wake
 	err := s.bindRetry(sa, cfg.Logger)
 	if err == nil || errors.Is(err, fi.EBUSY) || errors.Is(err, fi.ENODEV) {
 		return err
 	}
 	cfg.Logger.Info("AF_XDP zero-copy refused, binding in copy mode",
 		"ifindex", s.ifindex, "queue", s.queue, "reason", err)
-	sa.Flags = unix.XDP_COPY | wake
+	sa.Flags = sxdpCopy | wake
 	return s.bindRetry(sa, cfg.Logger)
 }
 
-func (s *Socket) bindRetry(sa *unix.SockaddrXDP, log *slog.Logger) error {
+func (s *Socket) bindRetry(sa *sockaddrXDP, log *slog.Logger) error {
 	start := time.Now()
 	pause := 500 * time.Microsecond
 	for attempt := 1; ; attempt++ {
-		err := unix.Bind(s.fd, sa)
+		err := xskBind(s.fd, sa)
 		if err == nil {
 			if attempt > 1 {
 				log.Debug("AF_XDP bind succeeded after EBUSY",
@@ -350,11 +350,11 @@ func (s *Socket) bindRetry(sa *unix.SockaddrXDP, log *slog.Logger) error {
 
 func bindModeName(flags uint16) string {
 	switch {
-	case flags&unix.XDP_SHARED_UMEM != 0:
+	case flags&sxdpSharedUmem != 0:
 		return "shared-umem"
-	case flags&unix.XDP_ZEROCOPY != 0:
+	case flags&sxdpZeroCopy != 0:
 		return "zero-copy"
-	case flags&unix.XDP_COPY != 0:
+	case flags&sxdpCopy != 0:
 		return "copy"
 	}
 	return "default"
@@ -585,11 +585,11 @@ type Stats struct {
 
 // Stats reads the socket's XDP_STATISTICS.
 func (s *Socket) Stats() (Stats, error) {
-	var st unix.XDPStatistics
+	var st xdpStatistics
 	if s.fd < 0 {
 		return Stats{}, fmt.Errorf("xsk stats: socket closed: %w", fi.EBADF)
 	}
-	if _, err := getsockoptPtr(s.fd, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&st), unsafe.Sizeof(st)); err != nil {
+	if _, err := getsockoptPtr(s.fd, solXDP, optStatistics, unsafe.Pointer(&st), unsafe.Sizeof(st)); err != nil {
 		return Stats{}, fmt.Errorf("xsk stats ifindex %d queue %d: %w", s.ifindex, s.queue, errnoOf(err))
 	}
 	return Stats{

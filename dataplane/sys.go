@@ -52,32 +52,6 @@ func netnsOf(fd int) (uint64, error) {
 	return ns, nil
 }
 
-// socketNetns asks the kernel for the inode number of a socket's network
-// namespace (SIOCGSKNS); it needs CAP_NET_ADMIN in the namespace's owning
-// user namespace and fails with EPERM without it.
-func socketNetns(fd int) (uint64, error) {
-	nsfd, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(nsfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(nsfd, &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
-}
-
-// ThreadNetns is the inode number of the calling thread's network namespace:
-// what tells device queues of equal ifindex in different namespaces apart.
-func ThreadNetns() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
-}
-
 // inodeOf is the inode number of fd's file: for a socket, the same for
 // every descriptor of it, in any process.
 func inodeOf(fd int) (uint64, error) {

@@ -24,7 +24,7 @@ const (
 // UMEMConfig.Headroom. XDP metadata is copied into its end, immediately
 // before the packet; bpf_xdp_adjust_meta allows at most 32 bytes (in
 // multiples of 4), so metadata always fits.
-const PacketHeadroom = unix.XDP_PACKET_HEADROOM
+const PacketHeadroom = xdpPacketHeadroom
 
 // UMEMConfig sizes a UMEM. Zero fields take the defaults. It is plain data
 // (SocketInfo carries it to the process that adopts a socket).
@@ -138,25 +138,17 @@ func NewUMEM(cfg UMEMConfig) (*UMEM, error) {
 	}
 	size := cfg.FrameSize * cfg.NumFrames
 	if !cfg.Shared {
-		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|mapPopulate)
 		if err != nil {
 			return nil, fmt.Errorf("umem: mmap %d bytes: %w", size, errnoOf(err))
 		}
 		return newUMEM(cfg, mem, -1), nil
 	}
-	fd, err := unix.MemfdCreate(memfdName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err := sealedMemfd(memfdName, size)
 	if err != nil {
-		return nil, fmt.Errorf("umem: memfd_create: %w", errnoOf(err))
+		return nil, fmt.Errorf("umem: %w", err)
 	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("umem: size memfd to %d bytes: %w", size, errnoOf(err))
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("umem: seal memfd: %w", errnoOf(err))
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|mapPopulate)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("umem: mmap memfd of %d bytes: %w", size, errnoOf(err))
@@ -202,7 +194,7 @@ func AttachUMEM(memfd int, cfg UMEMConfig) (*UMEM, error) {
 		return nil, fmt.Errorf("umem attach fd %d: %d bytes (mode %#o), want a memfd of %d frames of %d bytes = %d: %w",
 			memfd, st.Size, st.Mode, cfg.NumFrames, cfg.FrameSize, size, fi.EINVAL)
 	}
-	mem, err := unix.Mmap(memfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(memfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|mapPopulate)
 	if err != nil {
 		return nil, fmt.Errorf("umem attach fd %d: mmap %d bytes: %w", memfd, size, errnoOf(err))
 	}
@@ -381,13 +373,13 @@ func (u *UMEM) releaseLocked() error {
 
 // register makes fd's socket the UMEM's kernel owner (XDP_UMEM_REG).
 func (u *UMEM) register(fd int) error {
-	reg := unix.XDPUmemReg{
+	reg := xdpUmemReg{
 		Addr:     uint64(uintptr(unsafe.Pointer(&u.mem[0]))),
 		Len:      uint64(len(u.mem)),
 		Size:     uint32(u.cfg.FrameSize),
 		Headroom: uint32(u.cfg.Headroom),
 	}
-	err := setsockoptPtr(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
+	err := setsockoptPtr(fd, solXDP, optUmemReg, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
 	if errors.Is(err, unix.ENOBUFS) {
 		var lim unix.Rlimit
 		_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)

@@ -1,0 +1,88 @@
+//go:build linux
+
+package dataplane
+
+import (
+	"fmt"
+
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// The system interface that only Linux has: AF_XDP sockets, memfds and
+// network namespaces. sys_other.go fails each of these with errNotLinux.
+
+// Socket-level options and mmap flags (their values differ between Linux
+// architectures).
+const (
+	soBusyPoll       = unix.SO_BUSY_POLL
+	soPreferBusyPoll = unix.SO_PREFER_BUSY_POLL
+	soBusyPollBudget = unix.SO_BUSY_POLL_BUDGET
+	mapPopulate      = unix.MAP_POPULATE
+)
+
+// xskSocket creates an AF_XDP socket (close-on-exec).
+func xskSocket() (int, error) {
+	return unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+}
+
+// xskBind binds an AF_XDP socket to sa.
+func xskBind(fd int, sa *sockaddrXDP) error {
+	return unix.Bind(fd, &unix.SockaddrXDP{Flags: sa.Flags, Ifindex: sa.Ifindex, QueueID: sa.QueueID, SharedUmemFD: sa.SharedUmemFD})
+}
+
+// xskCheck fails with EINVAL unless fd is an AF_XDP socket.
+func xskCheck(fd int) error {
+	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err != nil {
+		return fmt.Errorf("SO_DOMAIN: %w", errnoOf(err))
+	}
+	if dom != unix.AF_XDP {
+		return fmt.Errorf("not an AF_XDP socket (domain %d): %w", dom, fi.EINVAL)
+	}
+	return nil
+}
+
+// sealedMemfd creates a memfd of size bytes (close-on-exec), sealed against
+// resizing (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL).
+func sealedMemfd(name string, size int) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", errnoOf(err))
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("size memfd to %d bytes: %w", size, errnoOf(err))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("seal memfd: %w", errnoOf(err))
+	}
+	return fd, nil
+}
+
+// socketNetns asks the kernel for the inode number of a socket's network
+// namespace (SIOCGSKNS); it needs CAP_NET_ADMIN in the namespace's owning
+// user namespace and fails with EPERM without it.
+func socketNetns(fd int) (uint64, error) {
+	nsfd, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(nsfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(nsfd, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// ThreadNetns is the inode number of the calling thread's network namespace:
+// what tells device queues of equal ifindex in different namespaces apart.
+func ThreadNetns() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
