@@ -46,6 +46,10 @@
 // called New: its sockets are opened there and keep it for life, so create
 // it inside the endpoint's namespace and use it from any goroutine after.
 //
+// The resolver talks rtnetlink, so it works on Linux only: elsewhere the
+// package builds (for applications developed there) and New fails with
+// fi.EOPNOTSUPP.
+//
 // This package is not a route or ARP implementation, does not send or
 // receive packets, does not cover tunnels, VLAN or bonding devices or
 // non-Ethernet links, and does not track the kernel's neighbour table as a

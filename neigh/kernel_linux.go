@@ -1,3 +1,5 @@
+//go:build linux
+
 package neigh
 
 import (
@@ -6,7 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"syscall"
+	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -21,27 +23,6 @@ import (
 // neighbour reads, NTF_USE, and the notification socket. Every socket is
 // opened in New, so it stays in New's network namespace whichever thread
 // uses it later.
-
-// Neighbour states (NUD_*) the resolver distinguishes.
-const (
-	// nudUsable states carry a link-layer address the kernel itself would
-	// transmit to. STALE and DELAY are included: the kernel sends through
-	// them while it re-verifies the neighbour.
-	nudUsable = unix.NUD_REACHABLE | unix.NUD_STALE | unix.NUD_DELAY | unix.NUD_PROBE |
-		unix.NUD_PERMANENT | unix.NUD_NOARP
-	// nudNoUse are states NTF_USE must never touch: on Linux 6.x an
-	// NTF_USE request turns a PERMANENT entry into INCOMPLETE (measured on
-	// 6.18), silently destroying a static ARP/NDP entry.
-	nudNoUse = unix.NUD_PERMANENT | unix.NUD_NOARP
-)
-
-// kneigh is one neighbour as the kernel reported it.
-type kneigh struct {
-	ifindex int
-	ip      netip.Addr
-	state   uint16
-	mac     []byte
-}
 
 // parseNeigh decodes an ndmsg and its attributes (RTM_NEWNEIGH and
 // RTM_DELNEIGH). netlink.NeighDeserialize is not used because for some
@@ -135,10 +116,13 @@ func (r *Resolver) routeGet(dst netip.Addr, oif int, src netip.Addr) (netlink.Ro
 	return routes[0], nil
 }
 
-// linkInfo is what a Hop needs from an interface.
-type linkInfo struct {
-	mac [6]byte
-	mtu int
+// viaAddr is the next hop of a route's RTA_VIA (a gateway of another
+// family).
+func viaAddr(d netlink.Destination) (netip.Addr, bool) {
+	if via, ok := d.(*netlink.Via); ok {
+		return netip.AddrFromSlice(via.Addr)
+	}
+	return netip.Addr{}, false
 }
 
 func (r *Resolver) linkGet(ifindex int) (linkInfo, error) {
@@ -154,6 +138,45 @@ func (r *Resolver) linkGet(ifindex int) (linkInfo, error) {
 	copy(li.mac[:], a.HardwareAddr)
 	li.mtu = a.MTU
 	return li, nil
+}
+
+func (r *Resolver) checkOptions() error {
+	if r.opts.Ifindex != 0 {
+		if _, err := r.rt.LinkByIndex(r.opts.Ifindex); err != nil {
+			return fmt.Errorf("neigh: ifindex %d: %w", r.opts.Ifindex, fi.ENODEV)
+		}
+	}
+	if r.opts.SrcIP.IsValid() {
+		addrs, err := r.rt.AddrList(nil, int(family(r.opts.SrcIP)))
+		if err != nil {
+			return fmt.Errorf("neigh: list addresses: %w", err)
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == r.opts.SrcIP {
+				return nil
+			}
+		}
+		return fmt.Errorf("neigh: source %s is not a local address: %w", r.opts.SrcIP, fi.EADDRNOTAVAIL)
+	}
+	return nil
+}
+
+func (r *Resolver) zoneIndex(z string) (int, error) {
+	if i, err := strconv.Atoi(z); err == nil {
+		return i, nil
+	}
+	l, err := r.rt.LinkByName(z)
+	if err != nil {
+		return 0, err
+	}
+	return l.Attrs().Index, nil
+}
+
+// sockets are a Resolver's connection to the kernel, embedded in it.
+type sockets struct {
+	rt    *netlink.Handle
+	nsock map[int]*nl.SocketHandle
+	mon   *nl.NetlinkSocket
 }
 
 // openSockets opens the resolver's netlink sockets in the calling thread's
@@ -240,29 +263,4 @@ func family(ip netip.Addr) uint8 {
 		return unix.AF_INET
 	}
 	return unix.AF_INET6
-}
-
-// kernelErr maps an error from a route lookup to the fi vocabulary. Every
-// answer but fi.EIO describes the routing state, which Resolve may cache
-// until the next route change; fi.EIO is a failed request.
-func kernelErr(err error) fi.Errno {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return fi.EIO
-	}
-	switch errno {
-	case unix.ENETUNREACH:
-		return fi.ENETUNREACH
-	case unix.EHOSTUNREACH:
-		return fi.EHOSTUNREACH
-	case unix.EACCES, unix.EPERM: // prohibit route
-		return fi.EACCES
-	case unix.EINVAL:
-		return fi.EINVAL
-	case unix.ENODEV:
-		return fi.ENODEV
-	case unix.ENETDOWN:
-		return fi.ENETDOWN
-	}
-	return fi.EIO
 }

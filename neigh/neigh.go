@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpfab/xdpfab/fi"
@@ -106,6 +104,20 @@ type entry struct {
 	expires int64
 }
 
+// kneigh is one neighbour as the kernel reported it.
+type kneigh struct {
+	ifindex int
+	ip      netip.Addr
+	state   uint16
+	mac     []byte
+}
+
+// linkInfo is what a Hop needs from an interface.
+type linkInfo struct {
+	mac [6]byte
+	mtu int
+}
+
 // Resolver answers, for a destination IP, which interface, addresses and
 // next-hop MAC the kernel would use. It is bound to the network namespace
 // that was current on the calling thread when New ran, and safe for
@@ -118,11 +130,9 @@ type Resolver struct {
 	// io serialises Close against requests in flight: a closed
 	// netlink.Handle silently falls back to sockets in the caller's
 	// namespace, which must never be used.
-	io     sync.RWMutex
-	closed atomic.Bool
-	rt     *netlink.Handle
-	nsock  map[int]*nl.SocketHandle
-	mon    *nl.NetlinkSocket
+	io      sync.RWMutex
+	closed  atomic.Bool
+	sockets // netlink (kernel_linux.go)
 
 	mu    sync.RWMutex
 	dsts  map[netip.Addr]*entry
@@ -176,27 +186,6 @@ func New(opts Options) (*Resolver, error) {
 	go r.monitor()
 	go r.sweeper()
 	return r, nil
-}
-
-func (r *Resolver) checkOptions() error {
-	if r.opts.Ifindex != 0 {
-		if _, err := r.rt.LinkByIndex(r.opts.Ifindex); err != nil {
-			return fmt.Errorf("neigh: ifindex %d: %w", r.opts.Ifindex, fi.ENODEV)
-		}
-	}
-	if r.opts.SrcIP.IsValid() {
-		addrs, err := r.rt.AddrList(nil, int(family(r.opts.SrcIP)))
-		if err != nil {
-			return fmt.Errorf("neigh: list addresses: %w", err)
-		}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == r.opts.SrcIP {
-				return nil
-			}
-		}
-		return fmt.Errorf("neigh: source %s is not a local address: %w", r.opts.SrcIP, fi.EADDRNOTAVAIL)
-	}
-	return nil
 }
 
 // Close stops the resolver and releases its sockets. Later calls fail with
@@ -355,8 +344,8 @@ func (r *Resolver) lookupSlow(dst netip.Addr) (Hop, error) {
 			// (DELAY, then a unicast probe), so a peer that moved is
 			// noticed and the notification fixes the cached MAC. AF_XDP
 			// traffic never does this by itself.
-			use = kn.state&unix.NUD_STALE != 0
-		case found && kn.state&unix.NUD_INCOMPLETE != 0:
+			use = kn.state&nudStale != 0
+		case found && kn.state&nudIncomplete != 0:
 			nh.state, nh.until = nhPending, now+int64(recheck)
 		case found && kn.state&nudNoUse != 0:
 			// A static entry without an Ethernet address: nothing to
@@ -506,7 +495,7 @@ func (r *Resolver) route(dst netip.Addr) (hop Hop, key hopKey, static *[6]byte, 
 	}
 
 	rt, err := r.routeGet(ip, oif, src)
-	if err == nil && oif != 0 && rt.Table == unix.RT_TABLE_UNSPEC && rt.Type == unix.RTN_UNICAST {
+	if err == nil && oif != 0 && rt.Table == rtTableUnspec && rt.Type == rtnUnicast {
 		// With an output interface and no route through it, IPv4
 		// "assumes the destination is on link" (ip_route_output_key):
 		// that guess would ARP for any address out of this interface.
@@ -516,7 +505,7 @@ func (r *Resolver) route(dst netip.Addr) (hop Hop, key hopKey, static *[6]byte, 
 		e := kernelErr(err)
 		if e == fi.ENETUNREACH && oif != 0 {
 			// Tell "no route at all" from "routed elsewhere".
-			if other, err2 := r.routeGet(ip, 0, src); err2 == nil && other.Type == unix.RTN_UNICAST {
+			if other, err2 := r.routeGet(ip, 0, src); err2 == nil && other.Type == rtnUnicast {
 				return fail(fi.EHOSTUNREACH, "route leaves through ifindex %d, not %d", other.LinkIndex, oif)
 			}
 		}
@@ -527,16 +516,16 @@ func (r *Resolver) route(dst netip.Addr) (hop Hop, key hopKey, static *[6]byte, 
 	}
 
 	switch rt.Type {
-	case unix.RTN_UNICAST:
-	case unix.RTN_LOCAL:
+	case rtnUnicast:
+	case rtnLocal:
 		// Our own address: frames from an AF_XDP socket leave the host
 		// and never reach the local stack.
 		return fail(fi.EADDRNOTAVAIL, "local address")
-	case unix.RTN_BROADCAST:
+	case rtnBroadcast:
 		static = &[6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-	case unix.RTN_MULTICAST:
+	case rtnMulticast:
 		static = multicastMAC(ip)
-	case unix.RTN_BLACKHOLE:
+	case rtnBlackhole:
 		return fail(fi.ENETUNREACH, "blackhole route")
 	default:
 		return fail(fi.EHOSTUNREACH, "route type %d", rt.Type)
@@ -564,11 +553,9 @@ func (r *Resolver) route(dst netip.Addr) (hop Hop, key hopKey, static *[6]byte, 
 	key = hopKey{ifindex: rt.LinkIndex, ip: ip}
 	switch {
 	case rt.Via != nil: // e.g. IPv4 via an IPv6 next hop (RFC 5549)
-		if via, ok := rt.Via.(*netlink.Via); ok {
-			if gw, ok := netip.AddrFromSlice(via.Addr); ok {
-				key.ip = gw.Unmap()
-				hop.Gateway = key.ip
-			}
+		if gw, ok := viaAddr(rt.Via); ok {
+			key.ip = gw.Unmap()
+			hop.Gateway = key.ip
 		}
 	case rt.Gw != nil:
 		if gw, ok := netip.AddrFromSlice(rt.Gw); ok {
@@ -598,17 +585,6 @@ func (r *Resolver) link(ifindex int) (linkInfo, error) {
 	return li, nil
 }
 
-func (r *Resolver) zoneIndex(z string) (int, error) {
-	if i, err := strconv.Atoi(z); err == nil {
-		return i, nil
-	}
-	l, err := r.rt.LinkByName(z)
-	if err != nil {
-		return 0, err
-	}
-	return l.Attrs().Index, nil
-}
-
 func multicastMAC(ip netip.Addr) *[6]byte {
 	b := ip.As16()
 	if ip.Is4() {
@@ -634,9 +610,9 @@ func (r *Resolver) neighEvent(n kneigh, deleted bool) {
 		// after re-verification) reaches the cache at once.
 		nh.state = nhValid
 		copy(nh.mac[:], n.mac)
-	case n.state&unix.NUD_FAILED != 0:
+	case n.state&nudFailed != 0:
 		nh.state, nh.until = nhFailed, now+r.ttl
-	case n.state&unix.NUD_INCOMPLETE != 0:
+	case n.state&nudIncomplete != 0:
 		nh.state, nh.until = nhPending, now+int64(recheck)
 	default:
 		nh.state = nhUnknown
@@ -665,4 +641,29 @@ func (r *Resolver) flush() {
 func (r *Resolver) wakeLocked() {
 	close(r.wake)
 	r.wake = make(chan struct{})
+}
+
+// kernelErr maps an error from a route lookup to the fi vocabulary. Every
+// answer but fi.EIO describes the routing state, which Resolve may cache
+// until the next route change; fi.EIO is a failed request.
+func kernelErr(err error) fi.Errno {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return fi.EIO
+	}
+	switch errno {
+	case unix.ENETUNREACH:
+		return fi.ENETUNREACH
+	case unix.EHOSTUNREACH:
+		return fi.EHOSTUNREACH
+	case unix.EACCES, unix.EPERM: // prohibit route
+		return fi.EACCES
+	case unix.EINVAL:
+		return fi.EINVAL
+	case unix.ENODEV:
+		return fi.ENODEV
+	case unix.ENETDOWN:
+		return fi.ENETDOWN
+	}
+	return fi.EIO
 }
