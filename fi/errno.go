@@ -111,8 +111,8 @@ var names = map[Errno]string{
 }
 
 // StrError returns libfabric's description of errno e (fi_strerror). Codes
-// below 256 use the C library's text; unknown libfabric codes return
-// "Unspecified error".
+// below 256 use the C library's text (Linux's, on every system); unknown
+// libfabric codes return "Unspecified error".
 func StrError(e Errno) string {
 	if e < 0 {
 		e = -e
@@ -123,7 +123,7 @@ func StrError(e Errno) string {
 		}
 		return fiStrings[0]
 	}
-	s := syscall.Errno(e).Error()
+	s := sysText(e)
 	if len(s) > 0 && s[0] >= 'a' && s[0] <= 'z' {
 		s = string(s[0]-'a'+'A') + s[1:]
 	}
