@@ -14,7 +14,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// SEMANTICS.md 6, fabtests av_open_close: types, flags, counts.
+// docs/semantics.md#av-open, fabtests av_open_close: types, flags, counts.
 func TestOpen(t *testing.T) {
 	dp := newDP(t, 4096)
 	for _, tc := range []struct {
@@ -65,7 +65,7 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md 6: count is a hint.
+// Count is a hint: docs/semantics.md#count-is-a-hint.
 func TestGrowsPastCount(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{Type: av.TypeTable, Count: 2})
@@ -82,7 +82,7 @@ func TestGrowsPastCount(t *testing.T) {
 	wantXDP(t, dp, a, peer(304), 304)
 }
 
-// SEMANTICS.md 7: lowest free index, stable until removed.
+// Lowest free index, stable until removed: docs/semantics.md#lowest-free-index.
 func TestLowestFreeIndex(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{Type: av.TypeTable})
@@ -124,7 +124,8 @@ func TestLowestFreeIndex(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md 8: duplicates return the existing index and are counted.
+// Duplicates return the existing index and are counted:
+// docs/semantics.md#duplicates.
 func TestDuplicates(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{})
@@ -169,8 +170,8 @@ func TestDuplicates(t *testing.T) {
 	wantXDP(t, dp, a, p, fi.AddrNotAvail)
 }
 
-// SEMANTICS.md 9 and fabtests av_good, av_null_fi_addr, av_bad,
-// av_goodbad_vector.
+// docs/semantics.md#insert-results and fabtests av_good, av_null_fi_addr,
+// av_bad, av_goodbad_vector.
 func TestInsertResults(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{AddrFormat: fi.FormatSockaddrIn})
@@ -231,8 +232,8 @@ func TestInsertResults(t *testing.T) {
 	wantXDP(t, dp, a6, peer6(1), 0)
 }
 
-// SEMANTICS.md 10 and fabtests av_goodbad_vector_sync_err: per-element
-// status, flag checks.
+// docs/semantics.md#fi_sync_err and fabtests av_goodbad_vector_sync_err:
+// per-element status, flag checks.
 func TestSyncErr(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{})
@@ -268,7 +269,7 @@ func TestSyncErr(t *testing.T) {
 	})
 }
 
-// SEMANTICS.md 10: FI_MORE defers the map writes to the closing call.
+// FI_MORE defers the map writes to the closing call: docs/semantics.md#fi_more.
 func TestMoreBatches(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{})
@@ -310,7 +311,7 @@ func TestMoreBatches(t *testing.T) {
 	wantXDP(t, dp, a, peer(200), out[0])
 }
 
-// SEMANTICS.md 11: deprecated FI_EVENT.
+// The deprecated FI_EVENT mode: docs/semantics.md#fi_event.
 func TestEventMode(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{Flags: fi.Event})
@@ -372,7 +373,8 @@ func TestEventMode(t *testing.T) {
 	})
 }
 
-// SEMANTICS.md 12 and fabtests av_remove_good, av_remove_bad, av_reinsert.
+// docs/semantics.md#remove-and-reinsert and fabtests av_remove_good,
+// av_remove_bad, av_reinsert.
 func TestRemove(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{})
@@ -402,7 +404,7 @@ func TestRemove(t *testing.T) {
 	wantXDP(t, dp, a, peer(3), 1)
 }
 
-// SEMANTICS.md 13 and fabtests av_lookup_good, av_lookup_bad.
+// docs/semantics.md#lookup and fabtests av_lookup_good, av_lookup_bad.
 func TestLookup(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{})
@@ -445,7 +447,7 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md 14: straddr and FI_ADDR_STR.
+// straddr and FI_ADDR_STR: docs/semantics.md#straddr-and-fi_addr_str.
 func TestStrAddr(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{})
@@ -494,7 +496,7 @@ func TestStrAddr(t *testing.T) {
 	wantXDP(t, dp, a, peer(77), out[0])
 }
 
-// SEMANTICS.md 15: insertsvc and insertsym.
+// insertsvc and insertsym: docs/semantics.md#insertsvc-and-insertsym.
 func TestInsertSym(t *testing.T) {
 	dp := newDP(t, 4096)
 	resolved := map[string]string{}
@@ -561,7 +563,7 @@ func TestInsertSym(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md 16: close while an endpoint is bound.
+// Close while an endpoint is bound: docs/semantics.md#av-close.
 func TestCloseBusy(t *testing.T) {
 	dp := newDP(t, 4096)
 	a, err := av.Open(dp, &av.Attr{})
@@ -600,7 +602,7 @@ func TestCloseBusy(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md 17: user IDs, at open and per insert.
+// User IDs, at open and per insert: docs/semantics.md#user-ids.
 func TestUserID(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{Flags: fi.AVUserID})
@@ -658,7 +660,7 @@ func TestUserID(t *testing.T) {
 	})
 }
 
-// SEMANTICS.md 18: auth keys.
+// Auth keys: docs/semantics.md#auth-keys.
 func TestAuthKeys(t *testing.T) {
 	dp := newDP(t, 4096)
 	a := openAV(t, dp, av.Attr{Flags: fi.AVUserID})

@@ -11,7 +11,8 @@
 // it when the AV's generation (xdpfab_avmeta) shows another process changed
 // it.
 //
-// Semantics follow fi_av(3) and xdpfab's SEMANTICS.md: lowest free index,
+// Semantics follow fi_av(3), with the choices it leaves open made as
+// docs/semantics.md#address-vector records: lowest free index,
 // reference-counted duplicates, per-element errors (FI_SYNC_ERR), FI_MORE
 // batching, FI_AV_USER_ID at open and per insert, auth keys, FI_ADDR_STR,
 // named AVs with FI_READ, and the deprecated FI_EVENT mode with a minimal

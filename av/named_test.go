@@ -114,8 +114,8 @@ func firstLine(b []byte) []byte {
 	return b
 }
 
-// SEMANTICS.md 19: a named AV is shared between processes through the
-// pinned maps; FI_READ opens it read-only.
+// A named AV is shared between processes through the pinned maps; FI_READ
+// opens it read-only (docs/semantics.md#named-avs).
 func TestNamedAVTwoProcesses(t *testing.T) {
 	dp, root := pinnedDP(t)
 	a := openAV(t, dp, av.Attr{Name: "shared"})

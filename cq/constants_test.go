@@ -7,9 +7,9 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// SEMANTICS.md item 5: entry layouts keep libfabric's fields, in order:
-// context; msg (+flags, len); data (+buf, data); tagged (+tag); the error
-// entry adds olen, err, prov_errno, err_data(+size) and src_addr.
+// docs/semantics.md#entry-layouts: the entries keep libfabric's fields, in
+// order: context; msg (+flags, len); data (+buf, data); tagged (+tag); the
+// error entry adds olen, err, prov_errno, err_data(+size) and src_addr.
 func TestEntryLayout(t *testing.T) {
 	fields := func(v any) []string {
 		var names []string
@@ -29,7 +29,7 @@ func TestEntryLayout(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md items 1 and 2 as the CQ reports them: NOTAVAIL is all ones;
+// docs/semantics.md#constants as the CQ reports them: NOTAVAIL is all ones;
 // errors carry libfabric's positive errno values, wrapped with context.
 func TestErrnoValues(t *testing.T) {
 	if uint64(fi.AddrNotAvail) != ^uint64(0) {

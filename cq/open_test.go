@@ -8,7 +8,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// fi_cq_open, struct fi_cq_attr and SEMANTICS.md item 20.
+// fi_cq_open, struct fi_cq_attr and docs/semantics.md#cq-open.
 func TestOpenAttr(t *testing.T) {
 	set, err := OpenWaitSet(WaitUnspec)
 	if err != nil {
@@ -139,7 +139,7 @@ func TestOpenCloseSimultaneous(t *testing.T) {
 	}
 }
 
-// Constants keep libfabric's values (SEMANTICS.md "Constants").
+// Constants keep libfabric's values (docs/semantics.md#enumerations).
 func TestConstantValues(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -53,7 +53,7 @@ func TestBackPressure(t *testing.T) {
 	}
 }
 
-// Overrun and SEMANTICS.md item 26: a Push into a full CQ makes it overrun
+// Overrun (docs/semantics.md#overrun): a Push into a full CQ makes it overrun
 // (fatal); the valid entries are still read, errors included, then every
 // read returns EOVERRUN; each lost completion is counted.
 func TestOverrun(t *testing.T) {
@@ -210,7 +210,7 @@ func TestSingleProducerBinding(t *testing.T) {
 	}
 }
 
-// fi_close and SEMANTICS.md item 28: EBUSY while an endpoint is bound,
+// fi_close and docs/semantics.md#cq-close: EBUSY while an endpoint is bound,
 // changing nothing, so a retried close is safe; entries left are discarded
 // and counted.
 func TestCloseBusy(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// fi_cq_read and SEMANTICS.md item 21: EAGAIN when empty (count 0 too),
-// FIFO order, partial batches.
+// fi_cq_read and docs/semantics.md#read-and-eagain: EAGAIN when empty
+// (count 0 too), FIFO order, partial batches.
 func TestReadEmptyAndFIFO(t *testing.T) {
 	q := mustOpen(t, Attr{Size: 8, Format: FormatMsg})
 	p := mustBind(t, q, BindAttr{})
@@ -131,7 +131,7 @@ func TestCompletionFlags(t *testing.T) {
 	}
 }
 
-// fi_cq_readerr and SEMANTICS.md item 22: errors are queued in order with
+// fi_cq_readerr and docs/semantics.md#readerr: errors are queued in order with
 // successes; Read returns the successes ahead of an error, then EAVAIL;
 // ReadErr pops one error when the head is an error, else EAGAIN.
 func TestErrorsInOrder(t *testing.T) {
@@ -199,7 +199,7 @@ func TestErrorsInOrder(t *testing.T) {
 	}
 }
 
-// err_data and SEMANTICS.md item 23: with err_data_size 0 the CQ lends its
+// err_data (docs/semantics.md#err_data): with err_data_size 0 the CQ lends its
 // own buffer, valid until the next read; otherwise min(sizes) bytes are
 // copied and ErrData is cut to what was copied.
 func TestReadErrData(t *testing.T) {
@@ -286,7 +286,7 @@ func TestReadErrData(t *testing.T) {
 	})
 }
 
-// fi_cq_readfrom and SEMANTICS.md item 25: the source is NOTAVAIL without
+// fi_cq_readfrom and docs/semantics.md#readfrom: the source is NOTAVAIL without
 // FI_SOURCE; with FI_SOURCE an unknown sender is NOTAVAIL; with
 // FI_SOURCE_ERR an unknown sender becomes an EADDRNOTAVAIL error whose
 // err_data is the sender's raw address.
@@ -377,8 +377,8 @@ func TestReadFromSource(t *testing.T) {
 	})
 }
 
-// SEMANTICS.md item 27: a cancelled receive is an ECANCELED error with
-// flags RECV|MSG, len 0 and the original context.
+// docs/semantics.md#cancelled-receive: a cancelled receive is an ECANCELED
+// error with flags RECV|MSG, len 0 and the original context.
 func TestCanceledReceive(t *testing.T) {
 	q := mustOpen(t, Attr{Format: FormatMsg})
 	p := mustBind(t, q, BindAttr{})

@@ -28,7 +28,7 @@ func waitAsleep(q *CQ) {
 	}
 }
 
-// fi_cq_sread and SEMANTICS.md item 24.
+// fi_cq_sread and docs/semantics.md#sread-and-signal.
 func TestSRead(t *testing.T) {
 	for _, w := range blockingWaits {
 		t.Run(w.String(), func(t *testing.T) {
@@ -100,8 +100,8 @@ func TestSRead(t *testing.T) {
 	}
 }
 
-// fi_cq_signal and SEMANTICS.md item 24: a Signal ends one wait with EAGAIN
-// and is sticky until an SRead consumes it.
+// fi_cq_signal and docs/semantics.md#sread-and-signal: a Signal ends one
+// wait with EAGAIN and is sticky until an SRead consumes it.
 func TestSignal(t *testing.T) {
 	for _, w := range blockingWaits {
 		t.Run(w.String(), func(t *testing.T) {
@@ -234,7 +234,7 @@ func TestThreshold(t *testing.T) {
 	})
 }
 
-// fi_control(FI_GETWAIT) and SEMANTICS.md item 29.
+// fi_control(FI_GETWAIT) and docs/semantics.md#fi_getwait.
 func TestControlGetWait(t *testing.T) {
 	t.Run("no wait object", func(t *testing.T) {
 		for _, w := range []WaitObj{WaitNone, WaitYield} {

@@ -10,7 +10,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// SEMANTICS.md 1-4: libfabric's numeric values.
+// libfabric's numeric values: docs/semantics.md#constants.
 func TestConstants(t *testing.T) {
 	if fi.AddrNotAvail != fi.Addr(^uint64(0)) || fi.AddrUnspec != fi.AddrNotAvail || fi.KeyNotAvail != ^uint64(0) {
 		t.Error("reserved addresses must be all ones")
