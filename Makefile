@@ -17,6 +17,7 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 	@out=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	bash scripts/check-doc-links.sh
 
 # The whole suite: unit and kernel tests (root needed for the latter), then
 # the race detector over the concurrent packages.
