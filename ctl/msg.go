@@ -174,7 +174,7 @@ func recvmsg(c *net.UnixConn) (buf []byte, fds []int, flags int, err error) {
 			return true
 		}
 		buf = make([]byte, min(n, MaxMessage))
-		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, msgCmsgCloexec|unix.MSG_DONTWAIT)
 		return err != unix.EAGAIN
 	})
 	if rerr != nil {
@@ -193,6 +193,7 @@ func recvmsg(c *net.UnixConn) (buf []byte, fds []int, flags int, err error) {
 				fds = append(fds, f...)
 			}
 		}
+		cloexec(fds)
 	}
 	return buf[:n], fds, flags, nil
 }
@@ -205,9 +206,9 @@ func hungUp(c *net.UnixConn) bool {
 	}
 	hup := true
 	raw.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		p := []unix.PollFd{{Fd: int32(fd), Events: pollRDHUP}}
 		if n, err := unix.Poll(p, 0); err == nil {
-			hup = n > 0 && p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+			hup = n > 0 && p[0].Revents&(pollRDHUP|unix.POLLHUP|unix.POLLERR) != 0
 		}
 	})
 	return hup
