@@ -55,7 +55,7 @@ func mountBPFFS(dir string) error {
 	if ok, err := IsBPFFS(dir); err == nil && ok {
 		return nil
 	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+	if err := mount(dir); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("pin root %s is not on bpffs and mounting one needs root (CAP_SYS_ADMIN): %w", dir, fi.EPERM)
 		}
@@ -74,5 +74,5 @@ func UnmountBPFFS(dir string) error {
 	if err != nil || !ok {
 		return err
 	}
-	return unix.Unmount(dir, unix.MNT_DETACH)
+	return unmount(dir)
 }

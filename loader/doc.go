@@ -10,4 +10,8 @@
 //
 // The loader does not know what an address vector or an endpoint is; the av
 // and ep packages write the maps it hands out.
+//
+// BPF and XDP are Linux's: elsewhere the package builds, so that code
+// using it can be written there, and Load, OpenPinned and FromFDs fail with
+// fi.EOPNOTSUPP (bpffs_other.go).
 package loader

@@ -71,6 +71,9 @@ func (d *Objects) Pinned() bool { return d.pinned }
 // Maps that are already pinned keep their contents; a pinned map whose
 // definition differs (say, another AVEntries) is an error, never replaced.
 func Load(cfg Config) (*Objects, error) {
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
 	cfg.defaults()
 	spec, err := bpf.LoadSpec()
 	if err != nil {

@@ -18,6 +18,9 @@ import (
 // to the pins (see ShareWithGroup), no capability. The XSKMAP is not
 // opened, and the returned Objects has no Program.
 func OpenPinned(pinRoot string) (*Objects, error) {
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
 	d := &Objects{pinned: true, cfg: Config{PinRoot: pinRoot}}
 	dir := filepath.Join(pinRoot, "maps")
 	open := func(name string) (*ebpf.Map, error) {
@@ -104,11 +107,15 @@ func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
 // the pins. It takes the descriptors over, also when it fails. Without the pin root it has no
 // cross-process lock: readers see changes once their writer finished them.
 func FromFDs(fds []int) (*Objects, error) {
-	if len(fds) != len(ReadOnlyMaps) {
+	err := checkOS()
+	if err == nil && len(fds) != len(ReadOnlyMaps) {
+		err = fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
+	}
+	if err != nil {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
+		return nil, err
 	}
 	d := &Objects{pinned: true}
 	dst := d.readOnlySet()
