@@ -27,6 +27,9 @@ type Client struct {
 // empty) and runs the version handshake: an agent of another protocol
 // version is an error wrapping fi.ENOPROTOOPT.
 func Dial(path string) (*Client, error) {
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
 	if path == "" {
 		path = ctl.DefaultSocket
 	}

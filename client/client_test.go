@@ -1,3 +1,5 @@
+//go:build linux
+
 package client_test
 
 import (

@@ -14,4 +14,17 @@
 // Who may connect is decided by the socket file's owner, group and mode;
 // the agent also records each peer's credentials (SO_PEERCRED) and releases
 // what a connection owned when it closes, including when its process dies.
+//
+// # Off Linux
+//
+// The agent and the data path are Linux's (XDP, AF_XDP, BPF maps,
+// rtnetlink), but this package and everything it imports build on other
+// systems too, so an application that imports it can be written, built
+// and unit-tested on macOS (make cross checks that it stays so). Package
+// cq works there in full, with a pipe in place of the eventfd of
+// cq.WaitFD, so an application's completion handling can be tested
+// against CQs its tests fill through cq.Producer. Every call that needs
+// the agent, AF_XDP, BPF or netlink fails with an error wrapping
+// fi.EOPNOTSUPP: Dial, OpenAVPinned, and below them loader.Load,
+// dataplane.Open and neigh.New.
 package client
