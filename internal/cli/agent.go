@@ -77,7 +77,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 		Ifaces: ifaces, Mode: m, PinRoot: *pinRoot, Socket: *socket, SocketGroup: *group,
 		MetricsAddr: *metrics, DetachOnExit: *detach, Logger: log, AdminGroup: *adminGroup,
 		Limits: agent.Limits{Ports: portRange},
-		Sizes: loader.Config{AVEntries: uint32(*avEntries)},
+		Sizes:  loader.Config{AVEntries: uint32(*avEntries)},
 	})
 	if err != nil {
 		return err

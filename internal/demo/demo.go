@@ -22,8 +22,8 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/internal/netlab"
+	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/stack"
 )
