@@ -83,6 +83,8 @@ type Agent struct {
 	metricsAddr string
 	restarts    uint64
 	started     time.Time
+	lock        *instanceLock
+	sockStat    os.FileInfo // the socket file this agent made (close removes only that)
 }
 
 // New loads (or re-adopts) the dataplane, attaches it and opens the
@@ -114,9 +116,47 @@ func New(cfg Config) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	var st *startState // what was there before this start, once known
 	defer func() {
-		if err != nil {
-			a.close(false)
+		if err == nil {
+			return
+		}
+		a.close(false)
+		if st != nil {
+			st.undo(cfg.PinRoot)
+		}
+		a.lock.release()
+	}()
+	for _, ifname := range cfg.Ifaces {
+		if _, err := net.InterfaceByName(ifname); err != nil {
+			return nil, fmt.Errorf("agent: interface %q: %v: %w", ifname, err, fi.ENODEV)
+		}
+	}
+	if a.lock, err = lockInstance(cfg.Socket, cfg.PinRoot); err != nil {
+		return nil, err
+	}
+	if err := checkMountNamespace(cfg.PinRoot); err != nil {
+		return nil, err
+	}
+	// A failed start undoes what it made: links it attached, pins it
+	// created, a bpffs it mounted. What an earlier agent left stays.
+	before := observeStart(cfg.PinRoot)
+	st = &before
+	defer func() {
+		if err == nil {
+			return
+		}
+		a.mu.Lock()
+		for i := 0; i < len(a.atts); i++ {
+			if att := a.atts[i]; !att.Adopted {
+				att.Detach()
+				a.atts = append(a.atts[:i], a.atts[i+1:]...)
+				i--
+			}
+		}
+		a.mu.Unlock()
+		if !before.mapsExisted && a.dp != nil {
+			a.dp.Unpin()
 		}
 	}()
 	sizes := cfg.Sizes
@@ -204,7 +244,9 @@ func (a *Agent) close(detach bool) error {
 	}
 	if a.ln != nil {
 		a.ln.Close() // again after Run: harmless
-		os.Remove(a.cfg.Socket)
+		if a.sockStat != nil && sameFile(a.cfg.Socket, a.sockStat) {
+			os.Remove(a.cfg.Socket)
+		}
 	}
 	a.mu.Lock()
 	for c := range a.clients {
@@ -233,6 +275,7 @@ func (a *Agent) close(detach bool) error {
 	if a.dp != nil {
 		errs = append(errs, a.dp.Close())
 	}
+	a.lock.release()
 	return errors.Join(errs...)
 }
 
@@ -261,13 +304,18 @@ func (a *Agent) listen() error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("agent: socket directory: %w", err)
 	}
-	os.Remove(path) // a stale socket of a previous agent
+	if err := claimSocketPath(path); err != nil {
+		return err
+	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		return fmt.Errorf("agent: listen on %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(false)
 	a.ln = ln
+	if a.sockStat, err = os.Lstat(path); err != nil {
+		return fmt.Errorf("agent: socket %s: %w", path, err)
+	}
 	mode := os.FileMode(0o600)
 	if g := a.cfg.SocketGroup; g != "" {
 		gid, err := lookupGroup(g)
