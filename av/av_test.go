@@ -14,6 +14,7 @@ import (
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // docs/semantics.md#av-open, fabtests av_open_close: types, flags, counts.
@@ -612,14 +613,14 @@ func TestUserID(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := wantXDP(t, dp, a, peer(1), 1)
-	if m.UserId != uint64(fi.AddrNotAvail) || m.Flags&bpf.MetaUserID == 0 {
-		t.Errorf("default user id: %#x flags %#x", m.UserId, m.Flags)
+	if m.UserID != uint64(fi.AddrNotAvail) || m.Flags&wire.MetaUserID == 0 {
+		t.Errorf("default user id: %#x flags %#x", m.UserID, m.Flags)
 	}
 	if err := a.SetUserID(1, 0xabc, 0); err != nil {
 		t.Fatal(err)
 	}
-	if m := wantXDP(t, dp, a, peer(1), 1); m.UserId != 0xabc {
-		t.Errorf("user id after set: %#x", m.UserId)
+	if m := wantXDP(t, dp, a, peer(1), 1); m.UserID != 0xabc {
+		t.Errorf("user id after set: %#x", m.UserID)
 	}
 	unchanged(t, dp, a, fi.EINVAL, func() error { return a.SetUserID(5, 1, 0) })
 	unchanged(t, dp, a, fi.EINVAL, func() error { return a.SetUserID(0, 1, fi.More) })
@@ -634,7 +635,7 @@ func TestUserID(t *testing.T) {
 		t.Fatal(err)
 	}
 	unchanged(t, dp, b, fi.EINVAL, func() error { return b.SetUserID(0, 1, 0) })
-	if m := wantXDP(t, dp, b, peer(0), 0); m.Flags&bpf.MetaUserID != 0 {
+	if m := wantXDP(t, dp, b, peer(0), 0); m.Flags&wire.MetaUserID != 0 {
 		t.Errorf("plain entry reports a user id")
 	}
 	ids := []fi.Addr{1000, 2000}
@@ -644,8 +645,8 @@ func TestUserID(t *testing.T) {
 	if !slices.Equal(ids, []fi.Addr{1, 2}) {
 		t.Errorf("fi_addr after per-insert user id: %v, want the indices", ids)
 	}
-	if m := wantXDP(t, dp, b, peer(2), 2); m.UserId != 2000 || m.Flags&bpf.MetaUserID == 0 {
-		t.Errorf("per-insert user id: %d flags %#x", m.UserId, m.Flags)
+	if m := wantXDP(t, dp, b, peer(2), 2); m.UserID != 2000 || m.Flags&wire.MetaUserID == 0 {
+		t.Errorf("per-insert user id: %d flags %#x", m.UserID, m.Flags)
 	}
 	unchanged(t, dp, b, fi.EINVAL, func() error {
 		_, err := b.Insert(peers(5, 1), nil, fi.AVUserID, nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // newDP loads a private dataplane (nothing pinned) for one test.
@@ -66,7 +67,7 @@ func notAvail(n int) []fi.Addr {
 
 // wantXDP checks what the XDP program translates src to now: want is the
 // index, or fi.AddrNotAvail for "unknown source".
-func wantXDP(tb testing.TB, dp *loader.Objects, a *av.AV, src netip.AddrPort, want fi.Addr) bpf.Meta {
+func wantXDP(tb testing.TB, dp *loader.Objects, a *av.AV, src netip.AddrPort, want fi.Addr) wire.Meta {
 	tb.Helper()
 	m, known, err := xdptest.Translate(dp, a.ID(), src)
 	if err != nil {

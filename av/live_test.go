@@ -11,9 +11,9 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // fabtests av_removal_test / av_reinsert_test with real frames: a datagram
@@ -48,19 +48,19 @@ func TestRemovalReinsertLive(t *testing.T) {
 		t.Fatal(out, err)
 	}
 
-	s := frame.Spec{Src: p, Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: []byte("ping")}
+	s := wire.Frame{Src: p, Dst: local, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: []byte("ping")}
 	copy(s.SrcMAC[:], bed.B.MAC)
 	copy(s.DstMAC[:], bed.A.MAC)
-	send := func(from netip.AddrPort) bpf.Meta {
+	send := func(from netip.AddrPort) wire.Meta {
 		t.Helper()
 		s.Src = from
-		if err := xdptest.Inject(dp, bed.A, frame.Build(s), 1); err != nil {
+		if err := xdptest.Inject(dp, bed.A, wire.Build(s), 1); err != nil {
 			t.Fatal(err)
 		}
 		var d [1]dataplane.Desc
 		for range 100 {
 			if x.Receive(d[:]) == 1 {
-				m, ok := bpf.ParseMeta(x.UMEM.Meta(d[0].Addr, bpf.MetaLen))
+				m, ok := wire.ParseMeta(x.UMEM.Meta(d[0].Addr, wire.MetaLen))
 				x.Fill([]uint64{x.UMEM.FrameAddr(d[0].Addr)})
 				if !ok {
 					t.Fatal("no metadata")
@@ -70,9 +70,9 @@ func TestRemovalReinsertLive(t *testing.T) {
 			x.Poll(10 * time.Millisecond)
 		}
 		t.Fatal("no frame received")
-		return bpf.Meta{}
+		return wire.Meta{}
 	}
-	if m := send(peer(1)); m.FiAddr != 1 || m.Flags&bpf.MetaKnown == 0 {
+	if m := send(peer(1)); m.FiAddr != 1 || m.Flags&wire.MetaKnown == 0 {
 		t.Errorf("inserted before bind: %+v", m)
 	}
 	if m := send(p); m.FiAddr != 2 {
@@ -81,14 +81,14 @@ func TestRemovalReinsertLive(t *testing.T) {
 	if err := a.Remove([]fi.Addr{2}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if m := send(p); m.FiAddr != uint64(fi.AddrNotAvail) || m.Flags&bpf.MetaKnown != 0 {
+	if m := send(p); m.FiAddr != uint64(fi.AddrNotAvail) || m.Flags&wire.MetaKnown != 0 {
 		t.Errorf("transfer after remove attributed to %d (flags %#x)", m.FiAddr, m.Flags)
 	}
 	out = notAvail(1)
 	if _, err := a.Insert([]netip.AddrPort{p}, out, 0, nil); err != nil || out[0] != 2 {
 		t.Fatal(out, err)
 	}
-	if m := send(p); m.FiAddr != 2 || m.Flags&bpf.MetaKnown == 0 {
+	if m := send(p); m.FiAddr != 2 || m.Flags&wire.MetaKnown == 0 {
 		t.Errorf("transfer after reinsert: %+v", m)
 	}
 }

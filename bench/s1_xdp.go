@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -150,8 +150,8 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.P
 	}
 	defer dp.EP.Delete(key)
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
-	tmpl := frame.Spec{Src: addrs[0], Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, 64)}
-	base := frame.Build(tmpl)
+	tmpl := wire.Frame{Src: addrs[0], Dst: local, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, 64)}
+	base := wire.Build(tmpl)
 
 	// Steady state: live-frame test runs of 2^20 packets, each packet's
 	// source rewritten from a table of random AV members, the rewriter then
@@ -205,7 +205,7 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.P
 	frames := make([][]byte, nframes)
 	for i := range frames {
 		tmpl.Src = addrs[rng.IntN(n)]
-		frames[i] = frame.Build(tmpl)
+		frames[i] = wire.Build(tmpl)
 	}
 	var cold [2][]float64
 	err = onThread(nil, cfg.cpuMeasure, func() error {

@@ -23,9 +23,9 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
@@ -442,7 +442,7 @@ func (x *asavieRx) loop(stop *atomic.Bool, got, bad *atomic.Uint64) error {
 		descs := x.xsk.Receive(numRx)
 		var b uint64
 		for _, d := range descs {
-			meta := x.xsk.GetFrame(xdp.Desc{Addr: d.Addr - bpf.MetaLen, Len: bpf.MetaLen})
+			meta := x.xsk.GetFrame(xdp.Desc{Addr: d.Addr - wire.MetaLen, Len: wire.MetaLen})
 			if binary.NativeEndian.Uint64(meta) != x.want {
 				b++
 			}
@@ -505,9 +505,9 @@ func runRxCapacity(r *results, cfg *config) error {
 	defer dp.Close()
 	from := netip.AddrPortFrom(bd.A.IPv4, senderPort)
 	local := netip.AddrPortFrom(bd.B.IPv4, rxPort)
-	payload := wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen))
-	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: from, Dst: local,
-		Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen)})
+	payload := wirePayload(wire.Hdr{Op: wire.OpMsg}, make([]byte, payloadLen))
+	frame := wire.Build(wire.Frame{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: from, Dst: local,
+		Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, payloadLen)})
 	pass, err := retProgram(xdpPass)
 	if err != nil {
 		return err
@@ -649,9 +649,9 @@ func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, gen
 	defer dp.Close()
 	from := netip.AddrPortFrom(bd.A.IPv4, senderPort)
 	local := netip.AddrPortFrom(bd.B.IPv4, rxPort)
-	frame := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: from, Dst: local,
-		Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen)})
-	send, closeSend, err := udpSender(bd.A, from, local, wirePayload(bpf.WireHdr{Op: bpf.OpMsg}, make([]byte, payloadLen)))
+	frame := wire.Build(wire.Frame{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: from, Dst: local,
+		Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, payloadLen)})
+	send, closeSend, err := udpSender(bd.A, from, local, wirePayload(wire.Hdr{Op: wire.OpMsg}, make([]byte, payloadLen)))
 	if err != nil {
 		return err
 	}

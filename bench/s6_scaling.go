@@ -11,12 +11,11 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // scaleAddr is the i-th sender (i < 2^24) of the scaling runs: an address
@@ -84,8 +83,8 @@ func runScaling(r *results, cfg *config) error {
 			}
 		}
 		local := netip.AddrPortFrom(bd.B.IPv4, rxPort)
-		base := frame.Build(frame.Spec{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: srcs[0], Dst: local,
-			Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, payloadLen), NoUDPCsum: true})
+		base := wire.Build(wire.Frame{SrcMAC: [6]byte(bd.A.MAC), DstMAC: [6]byte(bd.B.MAC), Src: srcs[0], Dst: local,
+			Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, payloadLen), NoUDPCsum: true})
 		// The rewriter cycles through a power-of-two table.
 		for len(srcs)&(len(srcs)-1) != 0 {
 			srcs = append(srcs, srcs[len(srcs)%sr.senders])

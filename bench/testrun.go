@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/xdpfab/xdpfab/internal/frame"
+	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -182,7 +182,7 @@ func rewriteTable(base []byte, sources []netip.AddrPort) []rewriteEntry {
 			copy(ip, base[14:34])
 			copy(ip[12:16], b4[:])
 			ip[10], ip[11] = 0, 0
-			binary.BigEndian.PutUint16(e.Csum[:], frame.IPv4Checksum(ip))
+			binary.BigEndian.PutUint16(e.Csum[:], wire.IPv4Checksum(ip))
 		} else {
 			e.Addr = a.As16()
 		}

@@ -10,9 +10,9 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 func benchAddr(i int) netip.AddrPort {
@@ -57,7 +57,7 @@ func BenchmarkXDP(b *testing.B) {
 		}
 		frames := make([][]byte, 256)
 		for i := range frames {
-			frames[i] = frame.Build(frame.Spec{Src: addrs[rand.IntN(n)], Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: make([]byte, 64)})
+			frames[i] = wire.Build(wire.Frame{Src: addrs[rand.IntN(n)], Dst: local, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, 64)})
 		}
 		for _, p := range []struct {
 			name string

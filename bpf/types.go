@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // Go names for the map key and value structs in xdpfab_structs.h. bpf2go
@@ -40,39 +41,9 @@ func (m *AVMeta) NameString() string {
 	return string(m.Name[:])
 }
 
-// Meta is struct xdpfab_meta, the 32 bytes XDP writes in front of every
-// redirected frame (ParseMeta decodes it; the C header pins its offsets).
-type Meta struct {
-	FiAddr     uint64
-	UserId     uint64
-	EpId       uint32
-	Flags      uint16
-	L3Off      uint16 // offset of the IP header in the frame
-	HdrOff     uint16 // offset of the xdpfab header in the frame
-	PayloadLen uint16
-	Family     uint8
-	Version    uint8
-	RxCtx      uint8
-}
-
-// Constants mirrored from xdpfab_consts.h (TestConstsMatchC keeps them honest).
-const (
-	Magic        = 0x58464142
-	Version      = 1
-	OpMsg        = 1
-	OpTagged     = 2
-	HdrFlagData  = 0x01
-	HdrLen       = 32
-	MetaLen      = 32
-	MetaVersion  = 1
-	MetaKnown    = 0x0001
-	MetaSrcErr   = 0x0002
-	MetaUserID   = 0x0004
-	AVFUserID    = 0x0001
-	AFInet       = 2
-	AFInet6      = 10
-	UDPHeaderLen = 8
-)
+// AVFUserID is the xdpfab_av_val and xdpfab_rev_val flag for entries
+// whose completions report the user id (XDPFAB_AVF_USER_ID).
+const AVFUserID = 0x0001
 
 // Policy is what an endpoint does with datagrams from unknown sources.
 type Policy uint8
@@ -136,11 +107,11 @@ func MakeAddr(ap netip.AddrPort) Addr {
 	var a Addr
 	ip := ap.Addr().Unmap()
 	if ip.Is4() {
-		a.Family = AFInet
+		a.Family = wire.AFInet
 		b := ip.As4()
 		copy(a.Addr[:], b[:])
 	} else {
-		a.Family = AFInet6
+		a.Family = wire.AFInet6
 		a.Addr = ip.As16()
 	}
 	a.Port = hton16(ap.Port())
@@ -150,7 +121,7 @@ func MakeAddr(ap netip.AddrPort) Addr {
 // AddrPort converts back to a netip.AddrPort.
 func (a Addr) AddrPort() netip.AddrPort {
 	var ip netip.Addr
-	if a.Family == AFInet {
+	if a.Family == wire.AFInet {
 		ip = netip.AddrFrom4([4]byte(a.Addr[:4]))
 	} else {
 		ip = netip.AddrFrom16(a.Addr)
@@ -170,66 +141,6 @@ func ntoh16(v uint16) uint16 {
 	var b [2]byte
 	binary.NativeEndian.PutUint16(b[:], v)
 	return binary.BigEndian.Uint16(b[:])
-}
-
-// WireHdr is the decoded xdpfab wire header (docs/wire.md).
-type WireHdr struct {
-	Op      uint8
-	Flags   uint8
-	RxCtx   uint8
-	Group   uint32
-	AuthKey uint32
-	Tag     uint64
-	CQData  uint64
-}
-
-// PutHdr writes h as an xdpfab header (magic and version included) into
-// b[:HdrLen] and returns HdrLen. b must hold at least HdrLen bytes.
-func PutHdr(b []byte, h WireHdr) int {
-	_ = b[HdrLen-1]
-	binary.BigEndian.PutUint32(b[0:], Magic)
-	b[4] = Version
-	b[5] = h.Op
-	b[6] = h.Flags
-	b[7] = h.RxCtx
-	binary.BigEndian.PutUint32(b[8:], h.Group)
-	binary.BigEndian.PutUint32(b[12:], h.AuthKey)
-	binary.BigEndian.PutUint64(b[16:], h.Tag)
-	binary.BigEndian.PutUint64(b[24:], h.CQData)
-	return HdrLen
-}
-
-// ParseHdr decodes the header at the start of b. ok is false when b is
-// short or the magic or version do not match.
-func ParseHdr(b []byte) (h WireHdr, ok bool) {
-	if len(b) < HdrLen || binary.BigEndian.Uint32(b) != Magic || b[4] != Version {
-		return h, false
-	}
-	return WireHdr{
-		Op: b[5], Flags: b[6], RxCtx: b[7],
-		Group:   binary.BigEndian.Uint32(b[8:]),
-		AuthKey: binary.BigEndian.Uint32(b[12:]),
-		Tag:     binary.BigEndian.Uint64(b[16:]),
-		CQData:  binary.BigEndian.Uint64(b[24:]),
-	}, true
-}
-
-// ParseMeta decodes the metadata that precedes a redirected frame.
-func ParseMeta(b []byte) (m Meta, ok bool) {
-	if len(b) < MetaLen {
-		return m, false
-	}
-	m.FiAddr = binary.NativeEndian.Uint64(b[0:])
-	m.UserId = binary.NativeEndian.Uint64(b[8:])
-	m.EpId = binary.NativeEndian.Uint32(b[16:])
-	m.Flags = binary.NativeEndian.Uint16(b[20:])
-	m.L3Off = binary.NativeEndian.Uint16(b[22:])
-	m.HdrOff = binary.NativeEndian.Uint16(b[24:])
-	m.PayloadLen = binary.NativeEndian.Uint16(b[26:])
-	m.Family = b[28]
-	m.Version = b[29]
-	m.RxCtx = b[30]
-	return m, m.Version == MetaVersion
 }
 
 // XDPMD is struct xdp_md, the context of BPF_PROG_TEST_RUN for XDP: set

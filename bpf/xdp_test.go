@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/xdpfab/xdpfab/bpf"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 const (
@@ -80,12 +80,12 @@ func fixture(t *testing.T) *loader.Objects {
 	return dp
 }
 
-var hit4 = want{verdict: xdpRedirect, counter: bpf.CounterTranslated, fiAddr: 3, userID: notAvail, flags: bpf.MetaKnown, l3Off: 14, hdrOff: 42}
+var hit4 = want{verdict: xdpRedirect, counter: bpf.CounterTranslated, fiAddr: 3, userID: notAvail, flags: wire.MetaKnown, l3Off: 14, hdrOff: 42}
 
-func spec(src, dst netip.AddrPort) frame.Spec {
-	return frame.Spec{
+func spec(src, dst netip.AddrPort) wire.Frame {
+	return wire.Frame{
 		SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2},
-		Src: src, Dst: dst, Hdr: bpf.WireHdr{Op: bpf.OpMsg}, Payload: []byte("hello, fabric"),
+		Src: src, Dst: dst, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: []byte("hello, fabric"),
 	}
 }
 
@@ -102,60 +102,60 @@ type want struct {
 
 func TestXDPTable(t *testing.T) {
 	dp := fixture(t)
-	vlan := func(s frame.Spec, tags ...[2]uint16) frame.Spec { s.VLANs = tags; return s }
-	opts := func(s frame.Spec, o []byte) frame.Spec { s.IPOptions = o; return s }
-	hdr := func(s frame.Spec, f func(*bpf.WireHdr)) frame.Spec { f(&s.Hdr); return s }
-	raw := func(s frame.Spec, f func([]byte)) frame.Spec {
-		b := make([]byte, bpf.HdrLen)
-		bpf.PutHdr(b, s.Hdr)
+	vlan := func(s wire.Frame, tags ...[2]uint16) wire.Frame { s.VLANs = tags; return s }
+	opts := func(s wire.Frame, o []byte) wire.Frame { s.IPOptions = o; return s }
+	hdr := func(s wire.Frame, f func(*wire.Hdr)) wire.Frame { f(&s.Hdr); return s }
+	raw := func(s wire.Frame, f func([]byte)) wire.Frame {
+		b := make([]byte, wire.HdrLen)
+		wire.PutHdr(b, s.Hdr)
 		f(b)
 		s.RawHdr = b
 		return s
 	}
-	q := [2]uint16{frame.Ether8021Q, 10}
-	ad := [2]uint16{frame.Ether8021AD, 20}
+	q := [2]uint16{wire.Ether8021Q, 10}
+	ad := [2]uint16{wire.Ether8021AD, 20}
 
 	cases := []struct {
 		name string
-		spec frame.Spec
+		spec wire.Frame
 		want want
 	}{
 		{"ipv4 hit", spec(known4, ep4), hit4},
-		{"ipv6 hit", spec(known6, ep6), want{xdpRedirect, bpf.CounterTranslated, 4, notAvail, bpf.MetaKnown, 14, 62, 0}},
-		{"802.1Q hit", vlan(spec(known4, ep4), q), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 18, 46, 0}},
-		{"QinQ hit", vlan(spec(known4, ep4), ad, q), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 22, 50, 0}},
-		{"QinQ ipv6 hit", vlan(spec(known6, ep6), ad, q), want{xdpRedirect, bpf.CounterTranslated, 4, notAvail, bpf.MetaKnown, 22, 70, 0}},
-		{"ipv4 options", opts(spec(known4, ep4), []byte{1, 1, 1, 0}), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 14, 46, 0}},
-		{"ipv4 40B options", opts(spec(known4, ep4), bytes.Repeat([]byte{1}, 40)), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 14, 82, 0}},
-		{"user id", spec(userIDs, ep4), want{xdpRedirect, bpf.CounterTranslated, 5, 0xfeed, bpf.MetaKnown | bpf.MetaUserID, 14, 42, 0}},
+		{"ipv6 hit", spec(known6, ep6), want{xdpRedirect, bpf.CounterTranslated, 4, notAvail, wire.MetaKnown, 14, 62, 0}},
+		{"802.1Q hit", vlan(spec(known4, ep4), q), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 18, 46, 0}},
+		{"QinQ hit", vlan(spec(known4, ep4), ad, q), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 22, 50, 0}},
+		{"QinQ ipv6 hit", vlan(spec(known6, ep6), ad, q), want{xdpRedirect, bpf.CounterTranslated, 4, notAvail, wire.MetaKnown, 22, 70, 0}},
+		{"ipv4 options", opts(spec(known4, ep4), []byte{1, 1, 1, 0}), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 14, 46, 0}},
+		{"ipv4 40B options", opts(spec(known4, ep4), bytes.Repeat([]byte{1}, 40)), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 14, 82, 0}},
+		{"user id", spec(userIDs, ep4), want{xdpRedirect, bpf.CounterTranslated, 5, 0xfeed, wire.MetaKnown | wire.MetaUserID, 14, 42, 0}},
 		{"wildcard endpoint", spec(known4, netip.AddrPortFrom(netip.MustParseAddr("198.18.100.77"), 7100)), hit4},
 		{"unknown, policy notavail", spec(stranger, ep4), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, 0, 14, 42, 0}},
-		{"unknown, policy source_err", spec(netip.MustParseAddrPort("[2001:2:9::9]:1"), ep6), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, bpf.MetaSrcErr, 14, 62, 0}},
+		{"unknown, policy source_err", spec(netip.MustParseAddrPort("[2001:2:9::9]:1"), ep6), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, wire.MetaSourceErr, 14, 62, 0}},
 		{"unknown, policy drop", spec(stranger, epDrop), want{verdict: xdpDrop, counter: bpf.CounterDropPolicy}},
-		{"known, policy drop", spec(known4, epDrop), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 14, 42, 0}},
-		{"auth key match", hdr(spec(keyed, epAuth), func(h *bpf.WireHdr) { h.AuthKey = 0x1234 }), want{xdpRedirect, bpf.CounterTranslated, 6, notAvail, bpf.MetaKnown, 14, 42, 0}},
-		{"auth key wrong on wire", hdr(spec(keyed, epAuth), func(h *bpf.WireHdr) { h.AuthKey = 0x9999 }), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, 0, 14, 42, 0}},
-		{"auth key: peer without key", hdr(spec(known4, epAuth), func(h *bpf.WireHdr) { h.AuthKey = 0x1234 }), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, 0, 14, 42, 0}},
-		{"rx context 1", hdr(spec(known4, epCtx), func(h *bpf.WireHdr) { h.RxCtx = 1 }), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 14, 42, 1}},
-		{"rx context out of range", hdr(spec(known4, epCtx), func(h *bpf.WireHdr) { h.RxCtx = 2 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
+		{"known, policy drop", spec(known4, epDrop), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 14, 42, 0}},
+		{"auth key match", hdr(spec(keyed, epAuth), func(h *wire.Hdr) { h.AuthKey = 0x1234 }), want{xdpRedirect, bpf.CounterTranslated, 6, notAvail, wire.MetaKnown, 14, 42, 0}},
+		{"auth key wrong on wire", hdr(spec(keyed, epAuth), func(h *wire.Hdr) { h.AuthKey = 0x9999 }), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, 0, 14, 42, 0}},
+		{"auth key: peer without key", hdr(spec(known4, epAuth), func(h *wire.Hdr) { h.AuthKey = 0x1234 }), want{xdpRedirect, bpf.CounterUnknown, notAvail, notAvail, 0, 14, 42, 0}},
+		{"rx context 1", hdr(spec(known4, epCtx), func(h *wire.Hdr) { h.RxCtx = 1 }), want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 14, 42, 1}},
+		{"rx context out of range", hdr(spec(known4, epCtx), func(h *wire.Hdr) { h.RxCtx = 2 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
 		{"no socket in slot", spec(known4, epNoXSK), want{verdict: xdpDrop, counter: bpf.CounterRedirectFail}},
 		{"bad magic", raw(spec(known4, ep4), func(b []byte) { b[0] ^= 0xff }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
 		{"bad version", raw(spec(known4, ep4), func(b []byte) { b[4] = 2 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
-		{"op 0", hdr(spec(known4, ep4), func(h *bpf.WireHdr) { h.Op = 0 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
-		{"op unknown", hdr(spec(known4, ep4), func(h *bpf.WireHdr) { h.Op = 9 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
-		{"plain UDP to endpoint port", func() frame.Spec { s := spec(known4, ep4); s.NoHdr = true; s.Payload = []byte("x"); return s }(), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
+		{"op 0", hdr(spec(known4, ep4), func(h *wire.Hdr) { h.Op = 0 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
+		{"op unknown", hdr(spec(known4, ep4), func(h *wire.Hdr) { h.Op = 9 }), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
+		{"plain UDP to endpoint port", func() wire.Frame { s := spec(known4, ep4); s.NoHdr = true; s.Payload = []byte("x"); return s }(), want{verdict: xdpDrop, counter: bpf.CounterMalformed}},
 		{"wrong port", spec(known4, netip.AddrPortFrom(ep4.Addr(), 7001)), want{verdict: xdpPass, counter: bpf.CounterPass}},
 		{"other address", spec(known4, netip.MustParseAddrPort("198.18.100.99:7000")), want{verdict: xdpPass, counter: bpf.CounterPass}},
-		{"tcp", func() frame.Spec { s := spec(known4, ep4); s.Proto = 6; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
-		{"ipv4 first fragment", func() frame.Spec { s := spec(known4, ep4); s.FragOff = 0x2000; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
-		{"ipv4 later fragment", func() frame.Spec { s := spec(known4, ep4); s.FragOff = 0x0010; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
+		{"tcp", func() wire.Frame { s := spec(known4, ep4); s.Proto = 6; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
+		{"ipv4 first fragment", func() wire.Frame { s := spec(known4, ep4); s.FragOff = 0x2000; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
+		{"ipv4 later fragment", func() wire.Frame { s := spec(known4, ep4); s.FragOff = 0x0010; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
 		{"ipv6 extension header", spec(known6, ep6), want{verdict: xdpPass, counter: bpf.CounterPass}},
-		{"ipv6 fragment header", func() frame.Spec { s := spec(known6, ep6); s.Proto = 44; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
+		{"ipv6 fragment header", func() wire.Frame { s := spec(known6, ep6); s.Proto = 44; return s }(), want{verdict: xdpPass, counter: bpf.CounterPass}},
 		{"three VLAN tags", vlan(spec(known4, ep4), ad, q, q), want{verdict: xdpPass, counter: bpf.CounterPass}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := frame.Build(tc.spec)
+			f := wire.Build(tc.spec)
 			if tc.name == "ipv6 extension header" { // the builder writes UDP for Proto 0
 				f[14+len(tc.spec.VLANs)*4+6] = 0 // next header: hop-by-hop options
 			}
@@ -200,7 +200,7 @@ func check(t *testing.T, dp *loader.Objects, f []byte, ctx bpf.XDPMD, w want) {
 		t.Fatalf("no metadata in front of a redirected frame")
 	}
 	m := r.Meta
-	got := want{r.Verdict, w.counter, m.FiAddr, m.UserId, m.Flags, m.L3Off, m.HdrOff, m.RxCtx}
+	got := want{r.Verdict, w.counter, m.FiAddr, m.UserID, m.Flags, m.L3Off, m.HdrOff, m.RxCtx}
 	if got != w {
 		t.Errorf("metadata %+v\nwant %+v", got, w)
 	}
@@ -208,10 +208,10 @@ func check(t *testing.T, dp *loader.Objects, f []byte, ctx bpf.XDPMD, w want) {
 		t.Errorf("redirected frame differs from the input")
 	}
 	udpLen := int(binary.BigEndian.Uint16(f[m.HdrOff-4:]))
-	if int(m.PayloadLen) != udpLen-bpf.UDPHeaderLen-bpf.HdrLen {
-		t.Errorf("payload_len %d, UDP length %d says %d", m.PayloadLen, udpLen, udpLen-bpf.UDPHeaderLen-bpf.HdrLen)
+	if int(m.PayloadLen) != udpLen-wire.UDPHeaderLen-wire.HdrLen {
+		t.Errorf("payload_len %d, UDP length %d says %d", m.PayloadLen, udpLen, udpLen-wire.UDPHeaderLen-wire.HdrLen)
 	}
-	if h, ok := bpf.ParseHdr(f[m.HdrOff:]); !ok || h.RxCtx != m.RxCtx {
+	if h, ok := wire.ParseHdr(f[m.HdrOff:]); !ok || h.RxCtx != m.RxCtx {
 		t.Errorf("hdr_off %d does not point at the xdpfab header", m.HdrOff)
 	}
 }
@@ -221,17 +221,17 @@ func check(t *testing.T, dp *loader.Objects, f []byte, ctx bpf.XDPMD, w want) {
 // endpoint (DROP). Never a redirect, never a crash.
 func TestXDPTruncated(t *testing.T) {
 	dp := fixture(t)
-	for _, s := range []frame.Spec{
+	for _, s := range []wire.Frame{
 		spec(known4, ep4),
 		spec(known6, ep6),
-		func() frame.Spec {
+		func() wire.Frame {
 			s := spec(known4, ep4)
-			s.VLANs = [][2]uint16{{frame.Ether8021AD, 1}, {frame.Ether8021Q, 2}}
+			s.VLANs = [][2]uint16{{wire.Ether8021AD, 1}, {wire.Ether8021Q, 2}}
 			s.IPOptions = []byte{1, 1, 1, 0}
 			return s
 		}(),
 	} {
-		f := frame.Build(s)
+		f := wire.Build(s)
 		udpEnd := 14 + 4*len(s.VLANs) + 8
 		if s.Src.Addr().Is4() {
 			udpEnd += 20 + len(s.IPOptions)
@@ -256,18 +256,18 @@ func TestXDPLengths(t *testing.T) {
 	dp := fixture(t)
 	// UDP length beyond the IP payload, with Ethernet padding so the frame
 	// itself is long enough: only the IP length can tell.
-	f := append(frame.Build(spec(known4, ep4)), make([]byte, 16)...)
+	f := append(wire.Build(spec(known4, ep4)), make([]byte, 16)...)
 	udpLen := f[14+20+4:]
 	binary.BigEndian.PutUint16(udpLen, binary.BigEndian.Uint16(udpLen)+8)
 	check(t, dp, f, bpf.XDPMD{}, want{verdict: xdpDrop, counter: bpf.CounterMalformed})
 
-	f = frame.Build(spec(known4, ep4))
+	f = wire.Build(spec(known4, ep4))
 	binary.BigEndian.PutUint16(f[14+2:], 10) // IP total length < IHL
 	check(t, dp, f, bpf.XDPMD{}, want{verdict: xdpPass, counter: bpf.CounterPass})
 
 	// Ethernet padding after the datagram is fine: lengths come from UDP.
-	f = append(frame.Build(spec(known4, ep4)), make([]byte, 20)...)
-	check(t, dp, f, bpf.XDPMD{}, want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, bpf.MetaKnown, 14, 42, 0})
+	f = append(wire.Build(spec(known4, ep4)), make([]byte, 20)...)
+	check(t, dp, f, bpf.XDPMD{}, want{xdpRedirect, bpf.CounterTranslated, 3, notAvail, wire.MetaKnown, 14, 42, 0})
 }
 
 // Live frames: the program redirects into a bound AF_XDP socket and the
@@ -292,7 +292,7 @@ func TestXDPLiveFrameMetadata(t *testing.T) {
 	s := spec(peer, local)
 	copy(s.DstMAC[:], bed.A.MAC)
 	copy(s.SrcMAC[:], bed.B.MAC)
-	f := frame.Build(s)
+	f := wire.Build(s)
 	const n = 8
 	if err := xdptest.Inject(dp, bed.A, f, n); err != nil {
 		t.Fatal(err)
@@ -310,8 +310,8 @@ func TestXDPLiveFrameMetadata(t *testing.T) {
 		if !bytes.Equal(pkt, f) {
 			t.Errorf("frame differs")
 		}
-		m, ok := bpf.ParseMeta(x.UMEM.Meta(d.Addr, bpf.MetaLen))
-		if !ok || m.FiAddr != 42 || m.UserId != 4242 || m.Flags != bpf.MetaKnown|bpf.MetaUserID || m.EpId != 1 {
+		m, ok := wire.ParseMeta(x.UMEM.Meta(d.Addr, wire.MetaLen))
+		if !ok || m.FiAddr != 42 || m.UserID != 4242 || m.Flags != wire.MetaKnown|wire.MetaUserID || m.EpID != 1 {
 			t.Errorf("metadata in the UMEM: %+v (ok %v)", m, ok)
 		}
 	}
@@ -326,7 +326,7 @@ func TestXDPLiveFrameMetadata(t *testing.T) {
 func TestXDPQueueNotListened(t *testing.T) {
 	dp := fixture(t)
 	bed := testbed.New(t, testbed.Options{RxQueues: 2, TxQueues: 2})
-	f := frame.Build(spec(known4, ep4))
+	f := wire.Build(spec(known4, ep4))
 	err := bed.A.Do(func() error {
 		check(t, dp, f, bpf.XDPMD{IngressIfindex: uint32(bed.A.Ifindex), RxQueueIndex: 1}, want{verdict: xdpDrop, counter: bpf.CounterRedirectFail})
 		check(t, dp, f, bpf.XDPMD{IngressIfindex: uint32(bed.A.Ifindex), RxQueueIndex: 0}, hit4)

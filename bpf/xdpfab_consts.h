@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Constants shared by the XDP program and Go (bpf/types.go mirrors them;
- * TestConstsMatchC compares). */
+/* Constants shared by the XDP program and Go (the wire package mirrors the
+ * wire format's, bpf/types.go the others; TestConstsMatchC compares). */
 #ifndef XDPFAB_CONSTS_H
 #define XDPFAB_CONSTS_H
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Structs shared by the XDP program and Go. bpf2go generates the Go types
- * from these (bpf/types.go names them); change both sides together. All
+ * from these (bpf/types.go names them; the wire package decodes
+ * xdpfab_meta and xdpfab_hdr); change both sides together. All
  * padding is explicit so the layouts are the same on every compiler. */
 #ifndef XDPFAB_STRUCTS_H
 #define XDPFAB_STRUCTS_H
@@ -119,7 +120,8 @@ struct xdpfab_hdr {
 };
 
 /* Go decodes the metadata and the wire header at fixed offsets
- * (bpf/types.go ParseMeta, PutHdr, ParseHdr): pin them here. */
+ * (wire.ParseMeta, wire.PutHdr, wire.ParseHdr): pin them here.
+ * TestWireLayoutMatchesC checks the Go side against these lines. */
 #define XDPFAB_AT(s, f, off) _Static_assert(__builtin_offsetof(struct s, f) == (off), #s "." #f)
 _Static_assert(sizeof(struct xdpfab_meta) == 32, "xdpfab_meta size");
 XDPFAB_AT(xdpfab_meta, fi_addr, 0);

@@ -17,6 +17,7 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // Endpoint is an open datagram endpoint. Its methods are safe for
@@ -160,7 +161,7 @@ func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList
 // maxMsgFor is the largest message a link of MTU carries in one frame of
 // a 4096-byte UMEM chunk.
 func maxMsgFor(mtu int, local netip.Addr) int {
-	return min(mtu, 4096-dataplane.PacketHeadroom-14) - ipHeaderLen(local) - bpf.UDPHeaderLen - bpf.HdrLen
+	return min(mtu, 4096-dataplane.PacketHeadroom-14) - ipHeaderLen(local) - wire.UDPHeaderLen - wire.HdrLen
 }
 
 func (e *Endpoint) setMaxMsg(maxMsg int) {

@@ -15,6 +15,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // On a two-queue interface, flows land on both rx queues. An endpoint
@@ -29,9 +30,9 @@ func TestMultiQueue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			msg := make([]byte, bpf.HdrLen+4)
-			bpf.PutHdr(msg, bpf.WireHdr{Op: bpf.OpMsg})
-			copy(msg[bpf.HdrLen:], "flow")
+			msg := make([]byte, wire.HdrLen+4)
+			wire.PutHdr(msg, wire.Hdr{Op: wire.OpMsg})
+			copy(msg[wire.HdrLen:], "flow")
 			if _, err := c.Write(msg); err != nil {
 				t.Fatal(err)
 			}

@@ -2,14 +2,13 @@ package ep
 
 import (
 	"fmt"
-	"net/netip"
 	"reflect"
 	"sync"
 
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // anySource is the index part of a receive source that accepts any peer
@@ -267,10 +266,10 @@ func (c *rxCtx) drainParked() error {
 func (c *rxCtx) deliver(f frameRef) bool {
 	u := c.ep.umem
 	pkt := u.Packet(dataplane.Desc{Addr: f.addr, Len: f.len})
-	m, ok := bpf.ParseMeta(u.Meta(f.addr, bpf.MetaLen))
-	var h bpf.WireHdr
-	if ok && m.EpId == c.ep.id && int(m.HdrOff)+bpf.HdrLen+int(m.PayloadLen) <= len(pkt) {
-		h, ok = bpf.ParseHdr(pkt[m.HdrOff:])
+	m, ok := wire.ParseMeta(u.Meta(f.addr, wire.MetaLen))
+	var h wire.Hdr
+	if ok && m.EpID == c.ep.id && int(m.HdrOff)+wire.HdrLen+int(m.PayloadLen) <= len(pkt) {
+		h, ok = wire.ParseHdr(pkt[m.HdrOff:])
 	} else {
 		ok = false
 	}
@@ -278,9 +277,9 @@ func (c *rxCtx) deliver(f frameRef) bool {
 		c.release(f) // cannot happen with our program; never hold it
 		return true
 	}
-	payload := pkt[int(m.HdrOff)+bpf.HdrLen:][:m.PayloadLen]
-	known := m.Flags&bpf.MetaKnown != 0
-	tagged := h.Op == bpf.OpTagged
+	payload := pkt[int(m.HdrOff)+wire.HdrLen:][:m.PayloadLen]
+	known := m.Flags&wire.MetaKnown != 0
+	tagged := h.Op == wire.OpTagged
 	q := &c.msgs
 	if tagged {
 		q = &c.tagged
@@ -291,19 +290,19 @@ func (c *rxCtx) deliver(f frameRef) bool {
 	}
 	op := &(*q)[i]
 	comp := cq.Completion{Src: fi.Addr(m.FiAddr)}
-	if m.Flags&bpf.MetaUserID != 0 {
-		comp.Src = fi.Addr(m.UserId)
+	if m.Flags&wire.MetaUserID != 0 {
+		comp.Src = fi.Addr(m.UserID)
 	}
 	if !known {
 		comp.Src, comp.SrcUnknown = fi.AddrNotAvail, true
-		comp.SrcRaw = c.rawSource(pkt, m)
+		comp.SrcRaw, _ = wire.AppendSourceSockaddr(c.raw[:0], pkt, m)
 	}
 	comp.Flags = fi.Recv | fi.Msg
 	if tagged {
 		comp.Flags = fi.Recv | fi.Tagged
 		comp.Tag = h.Tag
 	}
-	if h.Flags&bpf.HdrFlagData != 0 {
+	if h.Flags&wire.FlagCQData != 0 {
 		comp.Flags |= fi.RemoteCQData
 		comp.Data = h.CQData
 	}
@@ -345,7 +344,7 @@ func removeOp(q *[]recvOp, i int) {
 }
 
 // match returns the first posted receive the message matches.
-func (c *rxCtx) match(ops []recvOp, tagged bool, h bpf.WireHdr, src fi.Addr, known bool) int {
+func (c *rxCtx) match(ops []recvOp, tagged bool, h wire.Hdr, src fi.Addr, known bool) int {
 	for i := range ops {
 		op := &ops[i]
 		if tagged && (op.tag|op.ignore) != (h.Tag|op.ignore) {
@@ -364,20 +363,6 @@ func (c *rxCtx) match(ops []recvOp, tagged bool, h bpf.WireHdr, src fi.Addr, kno
 		return i
 	}
 	return -1
-}
-
-// rawSource is the sender's address as a sockaddr, for FI_SOURCE_ERR.
-func (c *rxCtx) rawSource(pkt []byte, m bpf.Meta) []byte {
-	l3, l4 := int(m.L3Off), int(m.HdrOff)-bpf.UDPHeaderLen
-	port := uint16(pkt[l4])<<8 | uint16(pkt[l4+1])
-	var ip netip.Addr
-	if m.Family == bpf.AFInet {
-		ip = netip.AddrFrom4([4]byte(pkt[l3+12 : l3+16]))
-	} else {
-		ip = netip.AddrFrom16([16]byte(pkt[l3+8 : l3+24]))
-	}
-	ap := netip.AddrPortFrom(ip, port)
-	return fi.EncodeSockaddr(c.raw[:0], ap)
 }
 
 // drain gives back every frame the context holds: parked ones and those

@@ -7,11 +7,10 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/frame"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // txState is a device's transmit side: the socket of queue 0, the frames
@@ -67,45 +66,45 @@ func (t *txState) remove(e *Endpoint) {
 // Send sends buf to dest with context ctx (fi_send). dest may carry a
 // receive context (fi.RxAddr) and a peer group (fi.GroupAddr).
 func (e *Endpoint) Send(buf []byte, dest fi.Addr, ctx any) error {
-	return e.send(bpf.OpMsg, buf, dest, 0, 0, 0, ctx)
+	return e.send(wire.OpMsg, buf, dest, 0, 0, 0, ctx)
 }
 
 // SendData sends buf with remote CQ data (fi_senddata).
 func (e *Endpoint) SendData(buf []byte, data uint64, dest fi.Addr, ctx any) error {
-	return e.send(bpf.OpMsg, buf, dest, 0, data, fi.RemoteCQData, ctx)
+	return e.send(wire.OpMsg, buf, dest, 0, data, fi.RemoteCQData, ctx)
 }
 
 // Inject sends buf without a completion (fi_inject); buf may be reused at
 // once.
 func (e *Endpoint) Inject(buf []byte, dest fi.Addr) error {
-	return e.send(bpf.OpMsg, buf, dest, 0, 0, fi.Inject, nil)
+	return e.send(wire.OpMsg, buf, dest, 0, 0, fi.Inject, nil)
 }
 
 // SendMsg sends with flags (fi_sendmsg): fi.RemoteCQData (with data),
 // fi.Inject, fi.More (more sends follow: the kernel is woken by the next
 // send without it), fi.InjectComplete, fi.TransmitComplete.
 func (e *Endpoint) SendMsg(buf []byte, dest fi.Addr, data uint64, ctx any, flags fi.Flags) error {
-	return e.send(bpf.OpMsg, buf, dest, 0, data, flags, ctx)
+	return e.send(wire.OpMsg, buf, dest, 0, data, flags, ctx)
 }
 
 // TSend sends a tagged message (fi_tsend).
 func (e *Endpoint) TSend(buf []byte, dest fi.Addr, tag uint64, ctx any) error {
-	return e.send(bpf.OpTagged, buf, dest, tag, 0, 0, ctx)
+	return e.send(wire.OpTagged, buf, dest, tag, 0, 0, ctx)
 }
 
 // TSendData sends a tagged message with remote CQ data (fi_tsenddata).
 func (e *Endpoint) TSendData(buf []byte, data uint64, dest fi.Addr, tag uint64, ctx any) error {
-	return e.send(bpf.OpTagged, buf, dest, tag, data, fi.RemoteCQData, ctx)
+	return e.send(wire.OpTagged, buf, dest, tag, data, fi.RemoteCQData, ctx)
 }
 
 // TInject sends a tagged message without a completion (fi_tinject).
 func (e *Endpoint) TInject(buf []byte, dest fi.Addr, tag uint64) error {
-	return e.send(bpf.OpTagged, buf, dest, tag, 0, fi.Inject, nil)
+	return e.send(wire.OpTagged, buf, dest, tag, 0, fi.Inject, nil)
 }
 
 // TSendMsg is SendMsg for tagged messages (fi_tsendmsg).
 func (e *Endpoint) TSendMsg(buf []byte, dest fi.Addr, tag, data uint64, ctx any, flags fi.Flags) error {
-	return e.send(bpf.OpTagged, buf, dest, tag, data, flags, ctx)
+	return e.send(wire.OpTagged, buf, dest, tag, data, flags, ctx)
 }
 
 // TxCompletion is the completion level the endpoint's sends report by
@@ -150,7 +149,7 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		return fmt.Errorf("ep send: flags %v: %w", flags&^sendFlags, fi.EBADFLAGS)
 	case len(buf) > e.maxMsg:
 		return fmt.Errorf("ep send: %d bytes, at most %d: %w", len(buf), e.maxMsg, fi.EMSGSIZE)
-	case opcode == bpf.OpTagged && e.attr.Caps&fi.Tagged == 0, opcode == bpf.OpMsg && e.attr.Caps&fi.Msg == 0:
+	case opcode == wire.OpTagged && e.attr.Caps&fi.Tagged == 0, opcode == wire.OpMsg && e.attr.Caps&fi.Msg == 0:
 		return fmt.Errorf("ep send: endpoint lacks the capability: %w", fi.EOPNOTSUPP)
 	}
 	idx, rxCtx, group, err := e.decode(dest)
@@ -168,9 +167,9 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	if err != nil {
 		return fmt.Errorf("ep send to %v: %w", peer, err)
 	}
-	hdr := bpf.WireHdr{Op: opcode, RxCtx: rxCtx, Group: group, AuthKey: e.authKey, Tag: tag, CQData: data}
+	hdr := wire.Hdr{Op: opcode, RxCtx: rxCtx, Group: group, AuthKey: e.authKey, Tag: tag, CQData: data}
 	if flags&fi.RemoteCQData != 0 {
-		hdr.Flags |= bpf.HdrFlagData
+		hdr.Flags |= wire.FlagCQData
 	}
 	src := e.attr.Local
 	if src.Addr().IsUnspecified() {
@@ -201,8 +200,8 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		return errNoFrame
 	}
 	addr := t.addrs[0]
-	spec := frame.Spec{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf}
-	n := spec.Put(t.umem.Frame(addr))
+	fr := wire.Frame{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf}
+	n := fr.Put(t.umem.Frame(addr))
 	t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
 	if t.s.Transmit(t.descs) != 1 {
 		t.umem.Free(addr)
@@ -212,7 +211,7 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	t.pending++
 	t.outstanding++
 	op := txOp{e: e, ctx: ctx, flags: fi.Send | fi.Msg}
-	if opcode == bpf.OpTagged {
+	if opcode == wire.OpTagged {
 		op.flags = fi.Send | fi.Tagged
 	}
 	switch {

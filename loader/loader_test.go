@@ -12,11 +12,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -168,7 +168,7 @@ func TestCounters(t *testing.T) {
 		}
 	}
 	// A frame that is not xdpfab's moves rx and passed; reset zeroes them.
-	f := frame.Build(frame.Spec{Src: netip.MustParseAddrPort("198.18.0.1:1"), Dst: netip.MustParseAddrPort("198.18.0.2:2")})
+	f := wire.Build(wire.Frame{Src: netip.MustParseAddrPort("198.18.0.1:1"), Dst: netip.MustParseAddrPort("198.18.0.2:2")})
 	if _, err := xdptest.Run(dp, f); err != nil {
 		t.Fatal(err)
 	}

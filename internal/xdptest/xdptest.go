@@ -9,8 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
-	"github.com/xdpfab/xdpfab/internal/frame"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // Probe endpoints: local addresses no test host uses.
@@ -23,7 +23,7 @@ var (
 type Result struct {
 	Verdict uint32
 	// Meta is valid when HasMeta: the program wrote metadata.
-	Meta    bpf.Meta
+	Meta    wire.Meta
 	HasMeta bool
 	// Frame is the frame after the run (after the metadata).
 	Frame []byte
@@ -48,8 +48,8 @@ func RunQueue(dp *loader.Objects, f []byte, ctx bpf.XDPMD) (Result, error) {
 	r := Result{Verdict: ret}
 	// The context's data offset is the metadata length in front of the frame.
 	metaLen := int(ctxOut.Data)
-	if metaLen >= bpf.MetaLen {
-		r.Meta, r.HasMeta = bpf.ParseMeta(out[metaLen-bpf.MetaLen : metaLen])
+	if metaLen >= wire.MetaLen {
+		r.Meta, r.HasMeta = wire.ParseMeta(out[metaLen-wire.MetaLen : metaLen])
 	}
 	end := int(ctxOut.DataEnd)
 	if end > len(out) {
@@ -62,7 +62,7 @@ func RunQueue(dp *loader.Objects, f []byte, ctx bpf.XDPMD) (Result, error) {
 // Translate installs a probe endpoint bound to AV avID (replacing any
 // previous probe), sends the program one datagram from src, and returns
 // the metadata it wrote. known is false when the source is not in the AV.
-func Translate(dp *loader.Objects, avID uint32, src netip.AddrPort) (m bpf.Meta, known bool, err error) {
+func Translate(dp *loader.Objects, avID uint32, src netip.AddrPort) (m wire.Meta, known bool, err error) {
 	local := ProbeLocal4
 	if !src.Addr().Unmap().Is4() {
 		local = ProbeLocal6
@@ -72,12 +72,12 @@ func Translate(dp *loader.Objects, avID uint32, src netip.AddrPort) (m bpf.Meta,
 		return m, false, fmt.Errorf("install probe endpoint: %w", err)
 	}
 	defer dp.EP.Delete(key)
-	r, err := Run(dp, frame.Build(frame.Spec{Src: src, Dst: local, Hdr: bpf.WireHdr{Op: bpf.OpMsg}}))
+	r, err := Run(dp, wire.Build(wire.Frame{Src: src, Dst: local, Hdr: wire.Hdr{Op: wire.OpMsg}}))
 	if err != nil {
 		return m, false, err
 	}
 	if !r.HasMeta {
 		return m, false, fmt.Errorf("program wrote no metadata (verdict %d)", r.Verdict)
 	}
-	return r.Meta, r.Meta.Flags&bpf.MetaKnown != 0, nil
+	return r.Meta, r.Meta.Flags&wire.MetaKnown != 0, nil
 }

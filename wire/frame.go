@@ -1,25 +1,22 @@
-// Package frame builds Ethernet/VLAN/IP/UDP/xdpfab frames: the transmit
-// path writes them into UMEM frames, and tests feed them to the XDP program.
-// It writes into caller-provided buffers and never allocates on Put.
-package frame
+package wire
 
 import (
 	"encoding/binary"
 	"net/netip"
-
-	"github.com/xdpfab/xdpfab/bpf"
 )
 
 // Ethertypes.
 const (
 	EtherIPv4   = 0x0800
 	EtherIPv6   = 0x86dd
-	Ether8021Q  = 0x8100
-	Ether8021AD = 0x88a8
+	Ether8021Q  = 0x8100 // a VLAN tag
+	Ether8021AD = 0x88a8 // an outer (QinQ) VLAN tag
 )
 
-// Spec describes one datagram.
-type Spec struct {
+// Frame describes one Ethernet frame carrying a UDP datagram, by default
+// an xdpfab one (header Hdr, then Payload). Put writes it; the zero values
+// of the optional fields give an ordinary untagged frame.
+type Frame struct {
 	SrcMAC, DstMAC [6]byte
 	// VLANs are outer-first 802.1Q/802.1ad tags: each is (TPID, VID).
 	VLANs    [][2]uint16
@@ -33,7 +30,7 @@ type Spec struct {
 	Proto uint8
 	// NoHdr omits the xdpfab header (a plain UDP datagram).
 	NoHdr bool
-	Hdr   bpf.WireHdr
+	Hdr   Hdr
 	// RawHdr, when set, replaces the encoded xdpfab header bytes.
 	RawHdr  []byte
 	Payload []byte
@@ -45,71 +42,72 @@ type Spec struct {
 }
 
 // Len returns the frame length Put writes.
-func (s *Spec) Len() int {
-	n := 14 + 4*len(s.VLANs) + 8 + len(s.Payload) + s.hdrLen()
-	if s.Src.Addr().Unmap().Is4() {
-		return n + 20 + len(s.IPOptions)
+func (f *Frame) Len() int {
+	n := 14 + 4*len(f.VLANs) + UDPHeaderLen + len(f.Payload) + f.hdrLen()
+	if f.Src.Addr().Unmap().Is4() {
+		return n + 20 + len(f.IPOptions)
 	}
 	return n + 40
 }
 
-func (s *Spec) hdrLen() int {
+func (f *Frame) hdrLen() int {
 	switch {
-	case s.RawHdr != nil:
-		return len(s.RawHdr)
-	case s.NoHdr:
+	case f.RawHdr != nil:
+		return len(f.RawHdr)
+	case f.NoHdr:
 		return 0
 	}
-	return bpf.HdrLen
+	return HdrLen
 }
 
-// Build returns a new frame for s.
-func Build(s Spec) []byte {
-	b := make([]byte, s.Len())
-	s.Put(b)
+// Build returns a new buffer holding f.
+func Build(f Frame) []byte {
+	b := make([]byte, f.Len())
+	f.Put(b)
 	return b
 }
 
-// Put writes the frame into b (at least s.Len() bytes) and returns its length.
-func (s *Spec) Put(b []byte) int {
-	n := s.Len()
+// Put writes the frame into b (at least f.Len() bytes) and returns its
+// length. It does not allocate.
+func (f *Frame) Put(b []byte) int {
+	n := f.Len()
 	b = b[:n]
-	copy(b[0:6], s.DstMAC[:])
-	copy(b[6:12], s.SrcMAC[:])
+	copy(b[0:6], f.DstMAC[:])
+	copy(b[6:12], f.SrcMAC[:])
 	off := 12
-	for _, v := range s.VLANs {
+	for _, v := range f.VLANs {
 		binary.BigEndian.PutUint16(b[off:], v[0])
 		binary.BigEndian.PutUint16(b[off+2:], v[1]&0x0fff)
 		off += 4
 	}
-	v4 := s.Src.Addr().Unmap().Is4()
-	proto := s.Proto
+	v4 := f.Src.Addr().Unmap().Is4()
+	proto := f.Proto
 	if proto == 0 {
 		proto = 17
 	}
-	ttl := s.TTL
+	ttl := f.TTL
 	if ttl == 0 {
 		ttl = 64
 	}
-	udpLen := 8 + s.hdrLen() + len(s.Payload)
+	udpLen := UDPHeaderLen + f.hdrLen() + len(f.Payload)
 	var l4 int
 	if v4 {
 		binary.BigEndian.PutUint16(b[off:], EtherIPv4)
 		off += 2
 		ip := b[off:]
-		ihl := 20 + len(s.IPOptions)
+		ihl := 20 + len(f.IPOptions)
 		ip[0] = 0x40 | byte(ihl/4)
 		ip[1] = 0
 		binary.BigEndian.PutUint16(ip[2:], uint16(ihl+udpLen))
 		binary.BigEndian.PutUint16(ip[4:], 0)
-		binary.BigEndian.PutUint16(ip[6:], s.FragOff)
+		binary.BigEndian.PutUint16(ip[6:], f.FragOff)
 		ip[8] = ttl
 		ip[9] = proto
 		ip[10], ip[11] = 0, 0
-		src, dst := s.Src.Addr().Unmap().As4(), s.Dst.Addr().Unmap().As4()
+		src, dst := f.Src.Addr().Unmap().As4(), f.Dst.Addr().Unmap().As4()
 		copy(ip[12:16], src[:])
 		copy(ip[16:20], dst[:])
-		copy(ip[20:ihl], s.IPOptions)
+		copy(ip[20:ihl], f.IPOptions)
 		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:ihl]))
 		l4 = off + ihl
 	} else {
@@ -120,26 +118,26 @@ func (s *Spec) Put(b []byte) int {
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
 		ip[6] = proto
 		ip[7] = ttl
-		src, dst := s.Src.Addr().As16(), s.Dst.Addr().As16()
+		src, dst := f.Src.Addr().As16(), f.Dst.Addr().As16()
 		copy(ip[8:24], src[:])
 		copy(ip[24:40], dst[:])
 		l4 = off + 40
 	}
 	u := b[l4:]
-	binary.BigEndian.PutUint16(u[0:], s.Src.Port())
-	binary.BigEndian.PutUint16(u[2:], s.Dst.Port())
+	binary.BigEndian.PutUint16(u[0:], f.Src.Port())
+	binary.BigEndian.PutUint16(u[2:], f.Dst.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	u[6], u[7] = 0, 0
-	p := 8
+	p := UDPHeaderLen
 	switch {
-	case s.RawHdr != nil:
-		p += copy(u[p:], s.RawHdr)
-	case !s.NoHdr:
-		p += bpf.PutHdr(u[p:], s.Hdr)
+	case f.RawHdr != nil:
+		p += copy(u[p:], f.RawHdr)
+	case !f.NoHdr:
+		p += PutHdr(u[p:], f.Hdr)
 	}
-	copy(u[p:], s.Payload)
-	if !v4 || !s.NoUDPCsum {
-		binary.BigEndian.PutUint16(u[6:], udpChecksum(s, u[:udpLen], proto))
+	copy(u[p:], f.Payload)
+	if !v4 || !f.NoUDPCsum {
+		binary.BigEndian.PutUint16(u[6:], udpChecksum(f, u[:udpLen], proto))
 	}
 	return n
 }
@@ -149,14 +147,14 @@ func (s *Spec) Put(b []byte) int {
 // checksum is right, 0.
 func IPv4Checksum(h []byte) uint16 { return ^fold(sum(h, 0)) }
 
-func udpChecksum(s *Spec, udp []byte, proto uint8) uint16 {
+func udpChecksum(f *Frame, udp []byte, proto uint8) uint16 {
 	var acc uint32
-	if src := s.Src.Addr().Unmap(); src.Is4() {
-		a, d := src.As4(), s.Dst.Addr().Unmap().As4()
+	if src := f.Src.Addr().Unmap(); src.Is4() {
+		a, d := src.As4(), f.Dst.Addr().Unmap().As4()
 		acc = sum(a[:], acc)
 		acc = sum(d[:], acc)
 	} else {
-		a, d := s.Src.Addr().As16(), s.Dst.Addr().As16()
+		a, d := f.Src.Addr().As16(), f.Dst.Addr().As16()
 		acc = sum(a[:], acc)
 		acc = sum(d[:], acc)
 	}
