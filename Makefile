@@ -35,6 +35,15 @@ test: build vet
 	$(GO) test -count=1 -timeout 8m $(PKGS)
 	$(GO) test -count=1 -race -timeout 8m $(RACE_PKGS)
 
+# The adversarial suite run long: Go native fuzzing of the control
+# protocol's decoder and of the agent's dispatch (their seed corpora run in
+# make test). FUZZTIME per target (default 2m).
+FUZZTIME ?= 2m
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./ctl
+	$(GO) test -run '^$$' -fuzz '^FuzzDispatch$$' -fuzztime $(FUZZTIME) ./agent
+
 # Regenerate the BPF objects (needs clang-14, llvm, libbpf-dev).
 generate:
 	$(GO) generate ./bpf/...

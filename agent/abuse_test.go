@@ -130,6 +130,13 @@ func TestAbuseAsGroupMember(t *testing.T) {
 		// namespace.)
 		wantErrno(t, "frame memory beyond the quota", open(ctl.EPOpenArgs{Frames: 4096}), fi.EDQUOT)
 	})
+	t.Run("neighbours", func(t *testing.T) {
+		// Only for an interface the caller has an endpoint on.
+		_, err := evil.Call(ctl.OpNeighUse.Name(), ctl.NeighUseArgs{Ifindex: bed.A.Ifindex, IP: bed.B.IPv4}, nil)
+		wantErrno(t, "neigh.use without an endpoint", err, fi.EACCES)
+		_, err = evil.Call(ctl.OpNeighUse.Name(), ctl.NeighUseArgs{Ifindex: 1, IP: netip.MustParseAddr("255.255.255.255")}, nil)
+		wantErrno(t, "neigh.use of the broadcast address", err, fi.EINVAL)
+	})
 	t.Run("detach", func(t *testing.T) {
 		wantErrno(t, "detach", evil.Detach(testbed.LinkName), fi.EACCES)
 		if st, err := root.Status(); err != nil || len(st.Attachments) != 1 {

@@ -15,11 +15,12 @@ import (
 
 // clientEP is an endpoint the agent prepared for a client.
 type clientEP struct {
-	p      *ep.Prepared
-	local  string
-	pid    int32
-	umem   int64             // bytes counted against the owner's quota
-	report *ctl.EPReportArgs // the application's latest CQ statistics
+	p       *ep.Prepared
+	local   string
+	pid     int32
+	umem    int64             // bytes counted against the owner's quota
+	ifindex int               // the interface it was prepared on
+	report  *ctl.EPReportArgs // the application's latest CQ statistics
 }
 
 // checkEPOpen validates an endpoint request against the agent's limits
@@ -121,7 +122,7 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (_ ctl.EPOpenResult, _ []i
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
 			info.RxContexts, info.Queues, len(fds), ctl.MaxFDs, fi.EINVAL)
 	}
-	e := &clientEP{p: p, local: args.Local, pid: cn.who.pid, umem: umem}
+	e := &clientEP{p: p, local: args.Local, pid: cn.who.pid, umem: umem, ifindex: info.Ifindex}
 	cn.mu.Lock()
 	cn.eps = append(cn.eps, e)
 	cn.mu.Unlock()
@@ -173,9 +174,22 @@ func (a *Agent) releaseClient(cn *conn) {
 
 // neighUse makes the kernel resolve (or re-verify) a next hop for an
 // application's endpoint, which may not send NTF_USE itself.
-func (a *Agent) neighUse(args ctl.NeighUseArgs) error {
-	if !args.IP.IsValid() || args.IP.IsUnspecified() || args.IP.IsMulticast() {
+// Only a client with an endpoint on the interface may ask, and only for a
+// unicast address: the agent does not resolve arbitrary neighbours for
+// anyone who can connect.
+func (a *Agent) neighUse(cn *conn, args ctl.NeighUseArgs) error {
+	if !args.IP.IsValid() || args.IP.IsUnspecified() || args.IP.IsMulticast() || args.IP.IsLoopback() ||
+		args.IP.Unmap().Is4() && args.IP.Unmap() == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 		return fmt.Errorf("neigh use: address %v: %w", args.IP, fi.EINVAL)
+	}
+	cn.mu.Lock()
+	mine := false
+	for _, e := range cn.eps {
+		mine = mine || e.ifindex == args.Ifindex
+	}
+	cn.mu.Unlock()
+	if !mine {
+		return fmt.Errorf("neigh use: this connection has no endpoint on ifindex %d: %w", args.Ifindex, fi.EACCES)
 	}
 	family := netlink.FAMILY_V4
 	if !args.IP.Unmap().Is4() {

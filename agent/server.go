@@ -321,6 +321,8 @@ func (a *Agent) handlerTable() map[string]handler {
 		fds, err := a.roFDs()
 		return ctl.None{}, fds, err
 	}))
-	add(plain(ctl.OpNeighUse, none(a.neighUse)))
+	add(typed(ctl.OpNeighUse, func(cn *conn, args ctl.NeighUseArgs) (ctl.None, []int, error) {
+		return ctl.None{}, nil, a.neighUse(cn, args)
+	}))
 	return t
 }

@@ -19,15 +19,39 @@ func (o Op[A, R]) Name() string { return o.name }
 // None is the argument or result of an operation that has none.
 type None struct{}
 
-var ops []string
+// opInfo is what the package knows of an operation without its types.
+type opInfo struct {
+	name    string
+	newArgs func() any
+}
+
+var ops []opInfo
 
 func op[A, R any](name string) Op[A, R] {
-	ops = append(ops, name)
+	ops = append(ops, opInfo{name, func() any { return new(A) }})
 	return Op[A, R]{name}
 }
 
 // Ops returns the names of every operation, in declaration order.
-func Ops() []string { return append([]string(nil), ops...) }
+func Ops() []string {
+	names := make([]string, len(ops))
+	for i, o := range ops {
+		names[i] = o.name
+	}
+	return names
+}
+
+// NewArgs returns a pointer to a zero value of the named operation's
+// argument type, or nil for an unknown operation: for tools that decode
+// requests without knowing the operation at compile time.
+func NewArgs(name string) any {
+	for _, o := range ops {
+		if o.name == name {
+			return o.newArgs()
+		}
+	}
+	return nil
+}
 
 // The operations.
 var (
