@@ -38,6 +38,9 @@ func (a *AV) keyHandle(fa fi.Addr) (uint32, bool) {
 // value, big endian, that endpoints enabled with it carry on the wire.
 // Inserting a key the AV holds returns its existing handle. flags must be 0.
 func (a *AV) InsertAuthKey(key []byte, flags fi.Flags) (fi.Addr, error) {
+	if err := a.usable("av insert_auth_key"); err != nil {
+		return fi.AddrNotAvail, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if flags != 0 {
@@ -91,6 +94,9 @@ func (a *AV) putKey(h uint32, k *authKey) error {
 // the key's full size (fi_av_lookup_auth_key's auth_key_size on output).
 // An address bound to no key fails with ENOKEY.
 func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
+	if err := a.usable("av lookup_auth_key"); err != nil {
+		return 0, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
@@ -163,6 +169,9 @@ func (a *AV) keyUsers(h uint32) int {
 // AcquireAuthKey enables an endpoint with auth key fa: it returns the key's
 // wire value and keeps the key from being removed until ReleaseAuthKey.
 func (a *AV) AcquireAuthKey(fa fi.Addr) (uint32, error) {
+	if err := a.usable("av acquire auth key"); err != nil {
+		return 0, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
@@ -176,8 +185,12 @@ func (a *AV) AcquireAuthKey(fa fi.Addr) (uint32, error) {
 	return a.keys[h].value, nil
 }
 
-// ReleaseAuthKey undoes AcquireAuthKey.
+// ReleaseAuthKey undoes AcquireAuthKey. On a nil or zero AV it does
+// nothing.
 func (a *AV) ReleaseAuthKey(fa fi.Addr) {
+	if a == nil || a.dp == nil {
+		return
+	}
 	unlock := a.lock()
 	defer unlock()
 	if h, ok := a.keyHandle(fa); ok && a.keys[h].inUse > 0 {

@@ -73,6 +73,9 @@ func (a *AV) lock() (unlock func()) {
 // changed by another process is seen from this process's next other AV
 // call on (which re-reads it).
 func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
+	if a == nil || a.dp == nil {
+		return netip.AddrPort{}, false
+	}
 	a.rw.RLock()
 	defer a.rw.RUnlock()
 	if a.closed {
@@ -92,8 +95,11 @@ const maxPending = 4096
 // replaced by the type chosen. A named AV is created unless it exists; with
 // fi.Read it must exist and is opened read-only.
 func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
-	if dp == nil || attr == nil {
-		return nil, fmt.Errorf("av open: nil dataplane or attributes: %w", fi.EINVAL)
+	if attr == nil {
+		return nil, fmt.Errorf("av open: nil attributes: %w", fi.EINVAL)
+	}
+	if err := checkDataplane("av open", dp); err != nil {
+		return nil, err
 	}
 	if err := attr.validate(); err != nil {
 		return nil, err
@@ -199,15 +205,55 @@ func (a *AV) readMetas() ([]bpf.AVMeta, error) {
 	return out, nil
 }
 
-// ID is the AV's id in the dataplane maps (xdpfab_ep_val.av_id).
-func (a *AV) ID() uint32 { return a.id }
+// usable is the guard at the top of every method with an error result: a
+// nil *AV, or an AV that did not come from Open (its zero value), is
+// EINVAL. A closed AV is EOPBADSTATE, which begin reports.
+func (a *AV) usable(op string) error {
+	switch {
+	case a == nil:
+		return fmt.Errorf("%s: nil AV: %w", op, fi.EINVAL)
+	case a.dp == nil:
+		return fmt.Errorf("%s: AV not opened (zero value): %w", op, fi.EINVAL)
+	}
+	return nil
+}
 
-// Attr returns the attributes the AV was opened with, as resolved.
-func (a *AV) Attr() Attr { return a.attr }
+// checkDataplane fails with EINVAL unless dp is a loaded dataplane with
+// the maps an AV uses: not nil, not a zero loader.Objects.
+func checkDataplane(op string, dp *loader.Objects) error {
+	switch {
+	case dp == nil:
+		return fmt.Errorf("%s: nil dataplane: %w", op, fi.EINVAL)
+	case dp.AV == nil || dp.AVRev == nil || dp.AVMeta == nil || dp.AuthKey == nil:
+		return fmt.Errorf("%s: dataplane not loaded (zero loader.Objects or missing AV maps): %w", op, fi.EINVAL)
+	}
+	return nil
+}
+
+// ID is the AV's id in the dataplane maps (xdpfab_ep_val.av_id); 0 for a
+// nil or zero AV.
+func (a *AV) ID() uint32 {
+	if a == nil {
+		return 0
+	}
+	return a.id
+}
+
+// Attr returns the attributes the AV was opened with, as resolved; the
+// zero Attr for a nil AV.
+func (a *AV) Attr() Attr {
+	if a == nil {
+		return Attr{}
+	}
+	return a.attr
+}
 
 // BindEndpoint records an endpoint using the AV: Close fails with EBUSY
 // until the matching UnbindEndpoint.
 func (a *AV) BindEndpoint() error {
+	if err := a.usable("av bind endpoint"); err != nil {
+		return err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if a.closed {
@@ -217,8 +263,11 @@ func (a *AV) BindEndpoint() error {
 	return nil
 }
 
-// UnbindEndpoint undoes BindEndpoint.
+// UnbindEndpoint undoes BindEndpoint. On a nil AV it does nothing.
 func (a *AV) UnbindEndpoint() {
+	if a == nil {
+		return
+	}
 	if a.bound.Add(-1) < 0 {
 		a.bound.Add(1)
 	}
@@ -228,8 +277,12 @@ func (a *AV) UnbindEndpoint() {
 // bound. An anonymous AV's entries are removed from the maps (forward map
 // first, so XDP stops translating before indices are freed); a named AV's
 // entries stay for the other processes and later opens (see Destroy).
-// Closing a closed AV returns nil.
+// Closing a closed AV returns nil, and so does closing a nil or zero AV
+// (there is nothing to release).
 func (a *AV) Close() error {
+	if a == nil || a.dp == nil {
+		return nil
+	}
 	unlock := a.lock()
 	defer unlock()
 	if a.closed {
@@ -256,6 +309,9 @@ func (a *AV) Close() error {
 // Destroy removes the named AV name and all its entries from dp. Processes
 // that have it open see EOPBADSTATE on their next call.
 func Destroy(dp *loader.Objects, name string) error {
+	if err := checkDataplane(fmt.Sprintf("av destroy %q", name), dp); err != nil {
+		return err
+	}
 	// Find, read and delete under one lock: no other process changes the
 	// AV in between.
 	unlock := dp.Lock()
@@ -279,7 +335,7 @@ func Destroy(dp *loader.Objects, name string) error {
 
 // Exists reports whether dp holds a named AV called name.
 func Exists(dp *loader.Objects, name string) bool {
-	if dp == nil || name == "" {
+	if checkDataplane("", dp) != nil || name == "" {
 		return false
 	}
 	metas, err := (&AV{dp: dp}).readMetas()
@@ -298,6 +354,9 @@ func Exists(dp *loader.Objects, name string) bool {
 // the agent's clean-up after processes that died without closing their
 // AVs. It fails with ENOENT when the slot holds anything else by now.
 func DestroyOrphan(dp *loader.Objects, id, pid uint32) error {
+	if err := checkDataplane(fmt.Sprintf("av destroy %d", id), dp); err != nil {
+		return err
+	}
 	unlock := dp.Lock()
 	defer unlock()
 	var m bpf.AVMeta

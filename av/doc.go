@@ -19,5 +19,14 @@
 // EventQueue. Every call-level error wraps a libfabric errno from package fi
 // and changes nothing.
 //
+// Nil and zero values never panic. A method called on a nil *AV, or on an
+// AV that did not come from Open (its zero value), fails with fi.EINVAL; on
+// a closed or destroyed AV it fails with fi.EOPBADSTATE. Methods without an
+// error result return their zero value (Resolve reports false) or do
+// nothing, and Close on a nil or zero AV returns nil, as on a closed one. A
+// nil or unloaded (zero) *loader.Objects given to Open, Destroy or
+// DestroyOrphan is EINVAL. A nil *EventQueue is EINVAL too (its Close
+// returns nil); the zero EventQueue is an empty queue.
+//
 // This package does not send or receive; endpoints (which bind AVs) do.
 package av

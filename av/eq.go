@@ -25,6 +25,7 @@ type Event struct {
 
 // EventQueue is the minimal event queue of the deprecated FI_EVENT mode
 // (fi_eq(3) reduced to what AV inserts report). Safe for concurrent use.
+// Its zero value is an empty queue, as NewEventQueue returns.
 type EventQueue struct {
 	mu     sync.Mutex
 	events []Event
@@ -36,6 +37,9 @@ func NewEventQueue() *EventQueue { return &EventQueue{} }
 
 // Bind binds eq to the AV (fi_av_bind). flags must be 0.
 func (a *AV) Bind(eq *EventQueue, flags fi.Flags) error {
+	if err := a.usable("av bind"); err != nil {
+		return err
+	}
 	unlock := a.lock()
 	defer unlock()
 	switch {
@@ -77,6 +81,9 @@ func (q *EventQueue) postInsert(ctx any, errnos []fi.Errno, n int) {
 // Read pops the next completion. It fails with EAGAIN when the queue is
 // empty and with EAVAIL when the next event is an error (use ReadErr).
 func (q *EventQueue) Read() (Event, error) {
+	if q == nil {
+		return Event{}, fmt.Errorf("eq read: nil event queue: %w", fi.EINVAL)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.events) == 0 {
@@ -90,6 +97,9 @@ func (q *EventQueue) Read() (Event, error) {
 
 // ReadErr pops the next event if it is an error, else fails with EAGAIN.
 func (q *EventQueue) ReadErr() (Event, error) {
+	if q == nil {
+		return Event{}, fmt.Errorf("eq readerr: nil event queue: %w", fi.EINVAL)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.events) == 0 || q.events[0].Err == 0 {
@@ -106,7 +116,11 @@ func (q *EventQueue) pop() Event {
 }
 
 // Close closes the queue; it fails with EBUSY while an AV is bound to it.
+// Closing a nil queue returns nil.
 func (q *EventQueue) Close() error {
+	if q == nil {
+		return nil
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.bound > 0 {

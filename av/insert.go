@@ -32,6 +32,9 @@ const insertFlags = fi.More | fi.SyncErr | fi.AVUserID | fi.AuthKey
 // Like io.Writer, a count below len(addrs) comes with an error naming the
 // first failed element; call-level errors insert nothing.
 func (a *AV) Insert(addrs []netip.AddrPort, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+	if err := a.usable("av insert"); err != nil {
+		return 0, err
+	}
 	srcs := make([]source, len(addrs))
 	for i, ap := range addrs {
 		srcs[i].ap = ap
@@ -42,6 +45,9 @@ func (a *AV) Insert(addrs []netip.AddrPort, fiAddr []fi.Addr, flags fi.Flags, ct
 // InsertRaw inserts addresses in libfabric's raw form, struct sockaddr_in
 // or sockaddr_in6 (as in FI_SOURCE_ERR completions' err_data).
 func (a *AV) InsertRaw(addrs [][]byte, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+	if err := a.usable("av insert"); err != nil {
+		return 0, err
+	}
 	srcs := make([]source, len(addrs))
 	for i, raw := range addrs {
 		srcs[i].ap, srcs[i].err = fi.DecodeSockaddr(raw)
@@ -51,6 +57,9 @@ func (a *AV) InsertRaw(addrs [][]byte, fiAddr []fi.Addr, flags fi.Flags, ctx any
 
 // InsertStr inserts FI_ADDR_STR addresses ("fi_sockaddr_in://1.2.3.4:5000").
 func (a *AV) InsertStr(addrs []string, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+	if err := a.usable("av insert"); err != nil {
+		return 0, err
+	}
 	srcs := make([]source, len(addrs))
 	for i, s := range addrs {
 		srcs[i].ap, srcs[i].err = fi.ParseAddrStr(s)
@@ -254,8 +263,16 @@ type InsertError struct {
 }
 
 func (e *InsertError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("%s: %d of %d inserted; element %d: %v", e.Op, e.Inserted, e.Total, e.First, e.Errno)
 }
 
-// Unwrap exposes the first failure's errno.
-func (e *InsertError) Unwrap() error { return e.Errno }
+// Unwrap exposes the first failure's errno (nil for a nil *InsertError).
+func (e *InsertError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Errno
+}

@@ -26,6 +26,9 @@ func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
 
 // LookupAddr returns the address at fiAddr.
 func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
+	if err := a.usable("av lookup"); err != nil {
+		return netip.AddrPort{}, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
@@ -49,6 +52,9 @@ func (a *AV) encode(dst []byte, ap netip.AddrPort) []byte {
 // buf as a NUL-terminated string (fi_av_straddr), truncating to len(buf),
 // and returns the length needed including the NUL.
 func (a *AV) StrAddr(addr []byte, buf []byte) (int, error) {
+	if err := a.usable("av straddr"); err != nil {
+		return 0, err
+	}
 	var ap netip.AddrPort
 	var err error
 	if a.attr.AddrFormat == fi.FormatStr {
@@ -70,6 +76,9 @@ func (a *AV) StrAddr(addr []byte, buf []byte) (int, error) {
 
 // Len returns the number of addresses in the AV.
 func (a *AV) Len() (int, error) {
+	if err := a.usable("av len"); err != nil {
+		return 0, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
@@ -89,6 +98,9 @@ type Entry struct {
 
 // EntryAt describes the address at fiAddr.
 func (a *AV) EntryAt(fiAddr fi.Addr) (Entry, error) {
+	if err := a.usable("av entry"); err != nil {
+		return Entry{}, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
@@ -112,6 +124,9 @@ func (a *AV) entry(idx uint32) Entry {
 
 // Entries returns every address of the AV in index order.
 func (a *AV) Entries() ([]Entry, error) {
+	if err := a.usable("av entries"); err != nil {
+		return nil, err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if err := a.begin(false); err != nil {
@@ -131,6 +146,9 @@ func (a *AV) Entries() ([]Entry, error) {
 // With fi.AuthKey, fiAddr is an auth-key handle and the ID is the one
 // reported for unknown sources of that key.
 func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
+	if err := a.usable("av set_user_id"); err != nil {
+		return err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if a.attr.Flags&fi.AVUserID == 0 {

@@ -16,6 +16,9 @@ import (
 // When Remove returns, XDP no longer translates the removed sources: the
 // forward entries are deleted before the indices are freed.
 func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
+	if err := a.usable("av remove"); err != nil {
+		return err
+	}
 	unlock := a.lock()
 	defer unlock()
 	if bad := flags &^ fi.AuthKey; bad != 0 {

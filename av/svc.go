@@ -15,6 +15,9 @@ import (
 // same as InsertSym(node, 1, service, 1, ...). node is a numeric address,
 // a host name, or an FI_ADDR_STR address with an empty service.
 func (a *AV) InsertSvc(node, service string, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+	if err := a.usable("av insertsvc"); err != nil {
+		return 0, err
+	}
 	if strings.Contains(node, "://") {
 		if service != "" {
 			return 0, fmt.Errorf("av insertsvc: FI_ADDR_STR node %q with service %q (must be empty): %w", node, service, fi.EINVAL)
@@ -32,6 +35,9 @@ func (a *AV) InsertSvc(node, service string, fiAddr []fi.Addr, flags fi.Flags, c
 // with a numeric suffix counts up its suffix (host10, host11), each name
 // resolved on its own; a host name without one needs nodeCnt 1.
 func (a *AV) InsertSym(node string, nodeCnt int, service string, svcCnt int, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+	if err := a.usable("av insertsym"); err != nil {
+		return 0, err
+	}
 	return a.insertSym("av insertsym", node, nodeCnt, service, svcCnt, fiAddr, flags, ctx)
 }
 
