@@ -167,6 +167,9 @@ func Open(attr Attr) (*CQ, error) {
 		if a.WaitSet == nil {
 			return nil, fmt.Errorf("cq open: FI_WAIT_SET without a wait set: %w", fi.EINVAL)
 		}
+		if a.WaitSet.obj == WaitNone {
+			return nil, fmt.Errorf("cq open: FI_WAIT_SET with a wait set not opened (zero value): %w", fi.EINVAL)
+		}
 	default:
 		return nil, fmt.Errorf("cq open: %s: %w", a.WaitObj, fi.EINVAL)
 	}
@@ -213,12 +216,33 @@ func Open(attr Attr) (*CQ, error) {
 	return q, nil
 }
 
-// Attr returns the attributes in effect: the rounded size, and the format
-// and wait object chosen for UNSPEC.
-func (q *CQ) Attr() Attr { return q.attr }
+// usable is the guard of the methods with an error result: a nil *CQ, or
+// a CQ that did not come from Open (its zero value, which has no ring), is
+// fi.EINVAL. The errors are built only when returned.
+func (q *CQ) usable(op string) error {
+	switch {
+	case q == nil:
+		return fmt.Errorf("%s: nil CQ: %w", op, fi.EINVAL)
+	case q.ring == nil:
+		return fmt.Errorf("%s: CQ not opened (zero value): %w", op, fi.EINVAL)
+	}
+	return nil
+}
 
-// Stats returns the CQ's counters.
+// Attr returns the attributes in effect: the rounded size, and the format
+// and wait object chosen for UNSPEC. A nil CQ has the zero Attr.
+func (q *CQ) Attr() Attr {
+	if q == nil {
+		return Attr{}
+	}
+	return q.attr
+}
+
+// Stats returns the CQ's counters; the zero Stats for a nil CQ.
 func (q *CQ) Stats() Stats {
+	if q == nil {
+		return Stats{}
+	}
 	h := q.head.Load()
 	t := q.tail.Load()
 	return Stats{
@@ -240,8 +264,12 @@ func (q *CQ) Stats() Stats {
 // fi.EBADF. Descriptors obtained through GetWait are closed. Reads that
 // race Close return fi.EBADF, never an entry counted as discarded; with
 // Attr.SingleConsumer, Close is one of the consumer's calls and must not run
-// concurrently with its reads.
+// concurrently with its reads. Closing a nil or zero CQ returns nil: there
+// is nothing to release.
 func (q *CQ) Close() error {
+	if q == nil || q.ring == nil {
+		return nil
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed.Load() {
@@ -276,6 +304,9 @@ func (q *CQ) Close() error {
 // is blocked, the next one that would block returns at once. On a WaitSetObj
 // CQ it signals the set. It fails with fi.EINVAL under WaitNone.
 func (q *CQ) Signal() error {
+	if err := q.usable("cq signal"); err != nil {
+		return err
+	}
 	if q.closed.Load() {
 		return fmt.Errorf("cq signal: %w", fi.EBADF)
 	}
@@ -299,6 +330,9 @@ func (q *CQ) Signal() error {
 // A WaitSetObj CQ answers with its set's wait object. Other commands fail with
 // fi.ENOSYS, a wrong arg type with fi.EINVAL.
 func (q *CQ) Control(cmd Command, arg any) error {
+	if err := q.usable("cq control"); err != nil {
+		return err
+	}
 	if q.closed.Load() {
 		return fmt.Errorf("cq control: %w", fi.EBADF)
 	}
@@ -336,6 +370,9 @@ func (q *CQ) Control(cmd Command, arg any) error {
 // instead of blocking, with fi.EINVAL under WaitNone. On a WaitSetObj CQ it
 // is the set's TryWait.
 func (q *CQ) TryWait() error {
+	if err := q.usable("cq trywait"); err != nil {
+		return err
+	}
 	if q.closed.Load() {
 		return fmt.Errorf("cq trywait: %w", fi.EBADF)
 	}

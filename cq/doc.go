@@ -31,6 +31,14 @@
 // GetWait = 5), as package fi does for flags and errno values. Errors wrap
 // fi.Errno values; test them with errors.Is(err, fi.EAGAIN).
 //
+// Nil and zero values never panic. A CQ, Producer or WaitSet that is nil,
+// or that did not come from Open, Bind or OpenWaitSet (its zero value),
+// makes every method with an error result fail with fi.EINVAL; a closed CQ
+// or WaitSet keeps failing with fi.EBADF, as fi_cq(3) has it. Methods
+// without an error result return zero values (Attr, Stats, CQ, WaitObj)
+// or do nothing (Commit returns 0). Close and Unbind on a nil or zero
+// value return nil: there is nothing to release.
+//
 // Read copies into a caller-provided []Entry. Entry has the fields of
 // fi_cq_tagged_entry in order; the smaller formats are its prefixes, and
 // Read fills only the format's fields. One type for all formats keeps the

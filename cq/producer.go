@@ -57,6 +57,9 @@ type Producer struct {
 // fails with fi.EBUSY. With Attr.SingleProducer a second Bind fails with
 // fi.EBUSY. fi.SourceErr without fi.Source fails with fi.EINVAL.
 func (q *CQ) Bind(attr BindAttr) (*Producer, error) {
+	if err := q.usable("cq bind"); err != nil {
+		return nil, err
+	}
 	if attr.Caps&fi.SourceErr != 0 && attr.Caps&fi.Source == 0 {
 		return nil, fmt.Errorf("cq bind: FI_SOURCE_ERR requires FI_SOURCE: %w", fi.EINVAL)
 	}
@@ -82,8 +85,12 @@ func (q *CQ) Bind(attr BindAttr) (*Producer, error) {
 }
 
 // Unbind detaches the endpoint. It fails with fi.EBUSY while a reservation
-// is open and with fi.EBADF if already unbound.
+// is open and with fi.EBADF if already unbound. On a nil or zero Producer
+// (bound to nothing) it returns nil.
 func (p *Producer) Unbind() error {
+	if p == nil || p.q == nil {
+		return nil
+	}
 	if p.reserving {
 		return fmt.Errorf("cq unbind: reservation open, Commit first: %w", fi.EBUSY)
 	}
@@ -106,8 +113,27 @@ func (p *Producer) Unbind() error {
 	return nil
 }
 
-// CQ returns the CQ the producer is bound to.
-func (p *Producer) CQ() *CQ { return p.q }
+// CQ returns the CQ the producer is bound to; nil for a nil or zero
+// Producer.
+func (p *Producer) CQ() *CQ {
+	if p == nil {
+		return nil
+	}
+	return p.q
+}
+
+// usable is the guard of the methods with an error result: a nil
+// *Producer, or one that did not come from Bind (its zero value), is
+// fi.EINVAL. The errors are built only when returned.
+func (p *Producer) usable(op string) error {
+	switch {
+	case p == nil:
+		return fmt.Errorf("%s: nil producer: %w", op, fi.EINVAL)
+	case p.q == nil:
+		return fmt.Errorf("%s: producer not bound (zero value, not from CQ.Bind): %w", op, fi.EINVAL)
+	}
+	return nil
+}
 
 var (
 	errOverrun       = fmt.Errorf("cq push: completion queue overrun, completion lost: %w", fi.EOVERRUN)
@@ -126,6 +152,9 @@ var (
 // with fi.EOVERRUN once the CQ is overrun, fi.EBADF after Unbind, and
 // fi.EINVAL for a negative n or a reservation already open.
 func (p *Producer) Reserve(n int) (int, error) {
+	if p == nil || p.q == nil {
+		return 0, p.usable("cq reserve")
+	}
 	if n < 0 {
 		return 0, fmt.Errorf("cq reserve: %d slots: %w", n, fi.EINVAL)
 	}
@@ -169,6 +198,9 @@ func (p *Producer) Reserve(n int) (int, error) {
 // fails with fi.EINVAL, using no slot, for an invalid completion or when no
 // reserved slot is left.
 func (p *Producer) Write(c *Completion) error {
+	if p == nil || p.q == nil {
+		return p.usable("cq write")
+	}
 	if !p.reserving || p.used == p.n {
 		return errWriteNoRoom
 	}
@@ -186,9 +218,9 @@ func (p *Producer) Write(c *Completion) error {
 // Commit publishes the completions written since Reserve, returns their
 // number, releases the unused reserved slots and the producer lock, and
 // wakes waiting readers if the wait condition now holds. Without an open
-// reservation it does nothing.
+// reservation (or on a nil Producer) it does nothing.
 func (p *Producer) Commit() int {
-	if !p.reserving {
+	if p == nil || !p.reserving {
 		return 0
 	}
 	q := p.q
@@ -216,6 +248,9 @@ func (p *Producer) Commit() int {
 // reservation, and with fi.EBADF (counting the completion as lost) after
 // Unbind.
 func (p *Producer) Push(c *Completion) error {
+	if p == nil || p.q == nil {
+		return p.usable("cq push")
+	}
 	if err := p.check(c); err != nil {
 		return err
 	}

@@ -73,6 +73,9 @@ func (q *CQ) Read(buf []Entry) (int, error) {
 // fi.Source or the sender is not in the address vector. src must be at least
 // as long as buf (fi.EINVAL otherwise); nil src is Read.
 func (q *CQ) ReadFrom(buf []Entry, src []fi.Addr) (int, error) {
+	if q == nil || q.ring == nil {
+		return 0, q.usable("cq read")
+	}
 	if src != nil && len(src) < len(buf) {
 		return 0, fmt.Errorf("cq readfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
 	}
@@ -189,6 +192,9 @@ func (q *CQ) copyOut(buf []Entry, h uint64) int {
 // with fi.EOVERRUN once an overrun CQ is drained, and with fi.EINVAL for a
 // nil e. Like libfabric, it does not run progress.
 func (q *CQ) ReadErr(e *ErrEntry) error {
+	if q == nil || q.ring == nil {
+		return q.usable("cq readerr")
+	}
 	if e == nil {
 		return fmt.Errorf("cq readerr: nil entry: %w", fi.EINVAL)
 	}
@@ -262,6 +268,9 @@ const (
 
 // SReadFrom is SRead with sources, as in ReadFrom (fi_cq_sreadfrom).
 func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, error) {
+	if q == nil || q.ring == nil {
+		return 0, q.usable("cq sread")
+	}
 	if src != nil && len(src) < len(buf) {
 		return 0, fmt.Errorf("cq sreadfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
 	}

@@ -45,8 +45,27 @@ func OpenWaitSet(obj WaitObj) (*WaitSet, error) {
 	return s, nil
 }
 
-// WaitObj returns the set's wait object kind.
-func (s *WaitSet) WaitObj() WaitObj { return s.obj }
+// usable is the guard of the methods with an error result: a nil
+// *WaitSet, or one that did not come from OpenWaitSet (its zero value,
+// whose wait object is WaitNone), is fi.EINVAL.
+func (s *WaitSet) usable(op string) error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("%s: nil wait set: %w", op, fi.EINVAL)
+	case s.obj == WaitNone:
+		return fmt.Errorf("%s: wait set not opened (zero value): %w", op, fi.EINVAL)
+	}
+	return nil
+}
+
+// WaitObj returns the set's wait object kind: WaitNone for a nil or zero
+// set.
+func (s *WaitSet) WaitObj() WaitObj {
+	if s == nil {
+		return WaitNone
+	}
+	return s.obj
+}
 
 // Wait blocks until a member CQ has something to read (its wait condition
 // holds, an error is queued or it is overrun), a member was signaled, or the
@@ -54,6 +73,9 @@ func (s *WaitSet) WaitObj() WaitObj { return s.obj }
 // returns nil when ready, an error wrapping fi.ETIMEDOUT on expiry, and
 // fi.EBADF if the set is closed.
 func (s *WaitSet) Wait(timeout time.Duration) error {
+	if err := s.usable("wait set wait"); err != nil {
+		return err
+	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -101,6 +123,9 @@ func (s *WaitSet) Wait(timeout time.Duration) error {
 // CQ.TryWait): nil when the caller may block, fi.EAGAIN when a member is
 // ready.
 func (s *WaitSet) TryWait() error {
+	if err := s.usable("wait set trywait"); err != nil {
+		return err
+	}
 	if s.closed.Load() {
 		return fmt.Errorf("wait set trywait: closed: %w", fi.EBADF)
 	}
@@ -115,6 +140,9 @@ func (s *WaitSet) TryWait() error {
 
 // Control performs GetWait or GetWaitObj on the set, as CQ.Control does.
 func (s *WaitSet) Control(cmd Command, arg any) error {
+	if err := s.usable("wait set control"); err != nil {
+		return err
+	}
 	if s.closed.Load() {
 		return fmt.Errorf("wait set control: closed: %w", fi.EBADF)
 	}
@@ -136,8 +164,12 @@ func (s *WaitSet) Control(cmd Command, arg any) error {
 }
 
 // Close releases the set. It fails with fi.EBUSY while CQs are attached
-// (close them first) and with fi.EBADF the second time.
+// (close them first) and with fi.EBADF the second time. Closing a nil or
+// zero set returns nil: there is nothing to release.
 func (s *WaitSet) Close() error {
+	if s == nil || s.obj == WaitNone {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
