@@ -67,8 +67,12 @@ func (c AdoptConfig) validate() error {
 }
 
 // Info describes the socket for AdoptSocket in another process (see
-// SocketInfo). Call it before Close.
+// SocketInfo). Call it before Close. A nil or zero Socket has the zero
+// SocketInfo.
 func (s *Socket) Info() SocketInfo {
+	if s == nil || s.umem == nil {
+		return SocketInfo{}
+	}
 	var ns uint64
 	if s.q != nil {
 		ns = s.q.key.netns
@@ -121,7 +125,11 @@ func (s *Socket) Info() SocketInfo {
 // must not use the data path of its copy (Receive, Fill, Transmit, ...) once
 // it has handed the socket over: the rings would have two producers.
 func AdoptSocket(fd, ifindex, queue int, umem *UMEM, cfg AdoptConfig) (*Socket, error) {
-	if err := cfg.validate(); err != nil {
+	err := cfg.validate()
+	if err == nil {
+		err = umem.usable()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("xsk adopt fd %d ifindex %d queue %d: %w", fd, ifindex, queue, err)
 	}
 	umem.mu.Lock()

@@ -113,6 +113,17 @@
 // RX ring is empty and the fill ring asks for a wakeup (zero-copy drivers)
 // or busy polling is on. Poll blocks in poll(2).
 //
+// # Nil and zero values
+//
+// Nothing panics on a nil or zero *UMEM or *Socket (one that did not come
+// from NewUMEM, AttachUMEM, Open or AdoptSocket). Methods with an error
+// result fail with fi.EINVAL on them (Poll, Kick, Stats), and on a closed
+// Socket with fi.EBADF; Open and AdoptSocket given a nil or zero UMEM fail
+// with fi.EINVAL. The others return zero values: no frames moved, nil
+// slices, false, and -1 from FD and Memfd (never descriptor 0). Close on a
+// nil or zero value returns nil: there is nothing to release. The batch
+// calls pay one predictable branch for it.
+//
 // # Kernel behaviour worth knowing
 //
 //   - veth has no zero-copy support: BindAuto falls back to copy mode and

@@ -135,6 +135,9 @@ type Socket struct {
 // with EINVAL without one; creating a socket needs CAP_NET_RAW anyway.
 func Open(ifindex, queue int, umem *UMEM, cfg SocketConfig) (*Socket, error) {
 	cfg, err := cfg.withDefaults()
+	if err == nil {
+		err = umem.usable()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("xsk open ifindex %d queue %d: %w", ifindex, queue, err)
 	}
@@ -360,26 +363,64 @@ func bindModeName(flags uint16) string {
 	return "default"
 }
 
+// usable is the guard of the methods with an error result: a nil *Socket,
+// or one that did not come from Open or AdoptSocket (its zero value, with
+// no UMEM), is fi.EINVAL; a closed one is fi.EBADF.
+func (s *Socket) usable(op string) error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("%s: nil socket: %w", op, fi.EINVAL)
+	case s.umem == nil:
+		return fmt.Errorf("%s: socket not opened (zero value): %w", op, fi.EINVAL)
+	case s.fd < 0:
+		return fmt.Errorf("%s: socket closed: %w", op, fi.EBADF)
+	}
+	return nil
+}
+
 // FD is the socket's file descriptor, for an XSKMAP entry
 // (map.Update(key, uint32(fd))) or an event loop. It stays owned by the
-// Socket.
-func (s *Socket) FD() int { return s.fd }
+// Socket. It is -1 after Close and for a nil or zero Socket.
+func (s *Socket) FD() int {
+	if s == nil || s.umem == nil {
+		return -1
+	}
+	return s.fd
+}
 
-// UMEM is the UMEM the socket uses.
-func (s *Socket) UMEM() *UMEM { return s.umem }
+// UMEM is the UMEM the socket uses (nil for a nil Socket).
+func (s *Socket) UMEM() *UMEM {
+	if s == nil {
+		return nil
+	}
+	return s.umem
+}
 
 // Ifindex and Queue name the device queue the socket is bound to.
-func (s *Socket) Ifindex() int { return s.ifindex }
+func (s *Socket) Ifindex() int {
+	if s == nil {
+		return 0
+	}
+	return s.ifindex
+}
 
 // Queue is the device queue index the socket is bound to.
-func (s *Socket) Queue() int { return s.queue }
+func (s *Socket) Queue() int {
+	if s == nil {
+		return 0
+	}
+	return s.queue
+}
 
 // ZeroCopy reports whether the kernel bound the socket in zero-copy mode.
-func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
+func (s *Socket) ZeroCopy() bool { return s != nil && s.zeroCopy }
 
 // Fill gives frames to the kernel for receiving, as many of addrs as the
 // fill ring has room for, and returns how many it took.
 func (s *Socket) Fill(addrs []uint64) int {
+	if s == nil || s.q == nil {
+		return 0
+	}
 	f := &s.q.fill
 	n := f.free(uint32(len(addrs)))
 	for i := range n {
@@ -392,6 +433,9 @@ func (s *Socket) Fill(addrs []uint64) int {
 // FillFree moves frames from the UMEM's free list to the fill ring until one
 // runs out, and returns how many it moved.
 func (s *Socket) FillFree() int {
+	if s == nil || s.q == nil {
+		return 0
+	}
 	f := &s.q.fill
 	room := f.free(f.size)
 	if room == 0 {
@@ -423,6 +467,9 @@ func (s *Socket) Receive(descs []Desc) int {
 // makes a system call, so a caller may hold a lock around it that it would
 // not hold across one.
 func (s *Socket) Take(descs []Desc) int {
+	if s == nil {
+		return 0
+	}
 	r := &s.rx
 	if r.mem == nil {
 		return 0
@@ -439,7 +486,7 @@ func (s *Socket) Take(descs []Desc) int {
 // fill ring asks for a wakeup or busy polling is on, and reports whether it
 // did.
 func (s *Socket) Wake() bool {
-	if s.rx.mem == nil || (!s.busyPoll && !s.q.fill.needWakeup()) {
+	if s == nil || s.q == nil || s.rx.mem == nil || (!s.busyPoll && !s.q.fill.needWakeup()) {
 		return false
 	}
 	kickRx(s.fd)
@@ -450,6 +497,9 @@ func (s *Socket) Wake() bool {
 // timeout waits forever), and reports whether packets are ready. It is the
 // blocking companion of Receive; an interrupted wait returns false, nil.
 func (s *Socket) Poll(timeout time.Duration) (bool, error) {
+	if err := s.usable("xsk poll"); err != nil {
+		return false, err
+	}
 	ms := -1
 	if timeout >= 0 {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
@@ -469,6 +519,9 @@ func (s *Socket) Poll(timeout time.Duration) (bool, error) {
 // many it took; their frames belong to the kernel until Complete returns
 // them. The packets leave only after Kick (in copy mode, Kick transmits).
 func (s *Socket) Transmit(descs []Desc) int {
+	if s == nil {
+		return 0
+	}
 	r := &s.tx
 	if r.mem == nil {
 		return 0
@@ -488,6 +541,9 @@ func (s *Socket) Transmit(descs []Desc) int {
 // conditions (EAGAIN with a full completion ring, EBUSY, ENOBUFS, ENETDOWN)
 // are not errors: call Complete and Kick again.
 func (s *Socket) Kick() error {
+	if s == nil || s.umem == nil {
+		return s.usable("xsk tx wakeup")
+	}
 	r := &s.tx
 	if r.mem == nil {
 		return nil
@@ -518,6 +574,9 @@ func (s *Socket) Kick() error {
 // completion ring and returns how many. The frames belong to the caller
 // again.
 func (s *Socket) Complete(addrs []uint64) int {
+	if s == nil || s.q == nil {
+		return 0
+	}
 	c := &s.q.comp
 	n := c.avail(uint32(len(addrs)))
 	for i := range n {
@@ -530,6 +589,9 @@ func (s *Socket) Complete(addrs []uint64) int {
 // CompleteFree moves every transmitted frame from the completion ring to
 // the UMEM's free list and returns how many it moved.
 func (s *Socket) CompleteFree() int {
+	if s == nil || s.q == nil {
+		return 0
+	}
 	c := &s.q.comp
 	n := c.avail(c.size)
 	if n == 0 {
@@ -547,7 +609,7 @@ func (s *Socket) CompleteFree() int {
 
 // TxPending is the number of TX descriptors the kernel has not taken yet.
 func (s *Socket) TxPending() int {
-	if s.tx.mem == nil {
+	if s == nil || s.tx.mem == nil {
 		return 0
 	}
 	return int(s.tx.pending())
@@ -560,6 +622,9 @@ func (s *Socket) TxPending() int {
 // flag stays up, as every copy-mode transmission happens inside sendto,
 // and the fill flag stays down.
 func (s *Socket) NeedWakeup() (fill, tx bool) {
+	if s == nil || s.q == nil {
+		return false, false
+	}
 	fill = s.q.fill.needWakeup()
 	if s.tx.mem != nil {
 		tx = s.tx.needWakeup()
@@ -586,8 +651,8 @@ type Stats struct {
 // Stats reads the socket's XDP_STATISTICS.
 func (s *Socket) Stats() (Stats, error) {
 	var st xdpStatistics
-	if s.fd < 0 {
-		return Stats{}, fmt.Errorf("xsk stats: socket closed: %w", fi.EBADF)
+	if err := s.usable("xsk stats"); err != nil {
+		return Stats{}, err
 	}
 	if _, err := getsockoptPtr(s.fd, solXDP, optStatistics, unsafe.Pointer(&st), unsafe.Sizeof(st)); err != nil {
 		return Stats{}, fmt.Errorf("xsk stats ifindex %d queue %d: %w", s.ifindex, s.queue, errnoOf(err))
@@ -630,8 +695,12 @@ func (s *Socket) unmapRings(q *queueRings, queueToo bool) error {
 // socket: until then the kernel keeps the socket they were mapped through
 // alive, so remove a socket from XSKMAPs before closing it. When the UMEM's
 // last socket closes, every frame returns to its free list, and a UMEM
-// already closed is unmapped. Close is idempotent.
+// already closed is unmapped. Close is idempotent, and closing a nil or
+// zero Socket returns nil: there is nothing to release.
 func (s *Socket) Close() error {
+	if s == nil || s.umem == nil {
+		return nil
+	}
 	u := s.umem
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -646,7 +715,9 @@ func (s *Socket) Close() error {
 		}
 	}
 	errs := []error{s.unmapRings(s.q, last), unix.Close(s.fd)}
-	s.fd = -1
+	// The fill and completion rings may be unmapped now: the ring methods
+	// see a closed socket as one without them.
+	s.fd, s.q = -1, nil
 	u.sockets = slices.DeleteFunc(u.sockets, func(o *Socket) bool { return o == s })
 	if len(u.sockets) == 0 {
 		u.resetFree()

@@ -218,39 +218,84 @@ func newUMEM(cfg UMEMConfig, mem []byte, memfd int) *UMEM {
 	return u
 }
 
+// usable fails with fi.EINVAL for a nil *UMEM or one that did not come
+// from NewUMEM or AttachUMEM (its zero value, with no frame size).
+func (u *UMEM) usable() error {
+	switch {
+	case u == nil:
+		return fmt.Errorf("nil UMEM: %w", fi.EINVAL)
+	case u.cfg.FrameSize == 0:
+		return fmt.Errorf("UMEM not made by NewUMEM or AttachUMEM (zero value): %w", fi.EINVAL)
+	}
+	return nil
+}
+
 // Memfd returns the memfd holding a shared UMEM's frames (UMEMConfig.Shared
 // or AttachUMEM), to pass to AttachUMEM in another process, or -1 for
-// anonymous memory. It stays owned by the UMEM and is closed when the
-// memory goes (see Close); the receiver gets its own reference.
+// anonymous memory (and for a nil or zero UMEM). It stays owned by the UMEM
+// and is closed when the memory goes (see Close); the receiver gets its own
+// reference.
 func (u *UMEM) Memfd() int {
+	if u.usable() != nil {
+		return -1
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.memfd
 }
 
-// Config returns the UMEM's configuration with defaults filled in.
-func (u *UMEM) Config() UMEMConfig { return u.cfg }
+// Config returns the UMEM's configuration with defaults filled in (the
+// zero UMEMConfig for a nil UMEM).
+func (u *UMEM) Config() UMEMConfig {
+	if u == nil {
+		return UMEMConfig{}
+	}
+	return u.cfg
+}
 
 // FrameSize is the size of one frame in bytes.
-func (u *UMEM) FrameSize() int { return u.cfg.FrameSize }
+func (u *UMEM) FrameSize() int {
+	if u == nil {
+		return 0
+	}
+	return u.cfg.FrameSize
+}
 
 // NumFrames is the number of frames.
-func (u *UMEM) NumFrames() int { return u.cfg.NumFrames }
+func (u *UMEM) NumFrames() int {
+	if u == nil {
+		return 0
+	}
+	return u.cfg.NumFrames
+}
 
 // FrameAddr returns the address of the frame containing addr (its first
 // byte). Descriptors from the RX ring point PacketHeadroom + Headroom bytes
-// into their frame.
-func (u *UMEM) FrameAddr(addr uint64) uint64 { return addr &^ (uint64(u.cfg.FrameSize) - 1) }
+// into their frame. It is 0 for a nil or zero UMEM.
+func (u *UMEM) FrameAddr(addr uint64) uint64 {
+	if u == nil || u.cfg.FrameSize == 0 {
+		return 0
+	}
+	return addr &^ (uint64(u.cfg.FrameSize) - 1)
+}
 
 // Frame returns the bytes from addr to the end of addr's frame: the buffer
-// to write a packet into before transmitting it from addr.
+// to write a packet into before transmitting it from addr. It is nil for a
+// nil, zero or released UMEM.
 func (u *UMEM) Frame(addr uint64) []byte {
+	if u == nil || u.mem == nil {
+		return nil
+	}
 	end := u.FrameAddr(addr) + uint64(u.cfg.FrameSize)
 	return u.mem[addr:end:end]
 }
 
-// Packet returns the bytes a descriptor describes.
+// Packet returns the bytes a descriptor describes (nil for a nil, zero or
+// released UMEM).
 func (u *UMEM) Packet(d Desc) []byte {
+	if u == nil || u.mem == nil {
+		return nil
+	}
 	end := d.Addr + uint64(d.Len)
 	return u.mem[d.Addr:end:end]
 }
@@ -261,15 +306,18 @@ func (u *UMEM) Packet(d Desc) []byte {
 // frame start and addr. The length of the metadata is a contract between the
 // XDP program and its reader: the descriptor does not carry it.
 func (u *UMEM) Meta(addr uint64, n int) []byte {
-	if n <= 0 || addr < uint64(n) || addr-uint64(n) < u.FrameAddr(addr) {
+	if u == nil || u.mem == nil || n <= 0 || addr < uint64(n) || addr-uint64(n) < u.FrameAddr(addr) {
 		return nil
 	}
 	return u.mem[addr-uint64(n) : addr : addr]
 }
 
 // Alloc takes up to len(addrs) free frames, writing their addresses to
-// addrs, and returns how many it took.
+// addrs, and returns how many it took (none from a nil or zero UMEM).
 func (u *UMEM) Alloc(addrs []uint64) int {
+	if u == nil {
+		return 0
+	}
 	u.freeMu.Lock()
 	n := u.allocLocked(addrs)
 	u.freeMu.Unlock()
@@ -296,8 +344,12 @@ func (u *UMEM) popLocked(n int) []uint64 {
 
 // Free returns frames to the free list. Any address inside a frame frees
 // that frame, so RX descriptor and completion addresses can be passed as
-// they are. Freeing a frame that is already free has no effect.
+// they are. Freeing a frame that is already free has no effect, and so has
+// Free on a nil or zero UMEM, which has no frames.
 func (u *UMEM) Free(addrs ...uint64) {
+	if u == nil || u.cfg.NumFrames == 0 {
+		return
+	}
 	u.freeMu.Lock()
 	for _, a := range addrs {
 		u.freeLocked(a)
@@ -320,6 +372,9 @@ func (u *UMEM) freeLocked(addr uint64) {
 
 // FreeFrames returns how many frames are on the free list.
 func (u *UMEM) FreeFrames() int {
+	if u == nil {
+		return 0
+	}
 	u.freeMu.Lock()
 	defer u.freeMu.Unlock()
 	return len(u.free)
@@ -342,8 +397,12 @@ func (u *UMEM) resetFree() {
 // once if no socket uses it, else when the last one closes. Another
 // process's mapping of a shared UMEM is unaffected: the memory lives while
 // any process maps it, and the kernel's registration keeps its pages
-// pinned while any socket of the UMEM is open. Close is idempotent.
+// pinned while any socket of the UMEM is open. Close is idempotent, and
+// closing a nil or zero UMEM returns nil: there is nothing to release.
 func (u *UMEM) Close() error {
+	if u.usable() != nil {
+		return nil
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.closed = true
