@@ -42,6 +42,10 @@
 // every retry. Broadcast and multicast destinations get the broadcast or
 // the mapped multicast MAC.
 //
+// A nil *Resolver, or one that did not come from New (its zero value), is
+// never a panic: Lookup and Resolve fail with fi.EINVAL, Close returns nil
+// (nothing to release). A closed one fails with fi.EBADF.
+//
 // A Resolver belongs to the network namespace current on the thread that
 // called New: its sockets are opened there and keep it for life, so create
 // it inside the endpoint's namespace and use it from any goroutine after.

@@ -188,9 +188,25 @@ func New(opts Options) (*Resolver, error) {
 	return r, nil
 }
 
+// usable fails with fi.EINVAL for a nil *Resolver or one that did not come
+// from New (its zero value, which has no cache).
+func (r *Resolver) usable(dst netip.Addr) error {
+	switch {
+	case r == nil:
+		return fmt.Errorf("neigh %s: nil resolver: %w", dst, fi.EINVAL)
+	case r.done == nil:
+		return fmt.Errorf("neigh %s: resolver not opened (zero value, not from New): %w", dst, fi.EINVAL)
+	}
+	return nil
+}
+
 // Close stops the resolver and releases its sockets. Later calls fail with
-// EBADF. Close is idempotent.
+// EBADF. Close is idempotent, and closing a nil or zero Resolver returns
+// nil: there is nothing to release.
 func (r *Resolver) Close() error {
+	if r == nil || r.done == nil {
+		return nil
+	}
 	r.io.Lock()
 	if r.closed.Swap(true) {
 		r.io.Unlock()
@@ -217,8 +233,12 @@ func (r *Resolver) now() int64 { return int64(time.Since(r.epoch)) }
 // (unreachable route, next hop failed to answer, or the route leaves
 // through another interface than Options.Ifindex), EADDRNOTAVAIL (dst is a
 // local address), EINVAL (IPv6 link-local dst without zone or Ifindex,
-// family differs from Options.SrcIP), EBADF after Close.
+// family differs from Options.SrcIP), EBADF after Close, EINVAL on a nil
+// or zero Resolver.
 func (r *Resolver) Lookup(dst netip.Addr) (Hop, error) {
+	if r == nil || r.done == nil {
+		return Hop{}, r.usable(dst)
+	}
 	r.mu.RLock()
 	if e := r.dsts[dst]; e != nil {
 		// No clock read for answers that stand until the sweeper drops
@@ -251,8 +271,15 @@ func (r *Resolver) Lookup(dst netip.Addr) (Hop, error) {
 // it is, the kernel gives up (EHOSTUNREACH), Options.Timeout passes
 // (EHOSTUNREACH and ETIMEDOUT), ctx's deadline passes (ETIMEDOUT) or ctx is
 // cancelled (ECANCELED). It wakes on neighbour notifications, not on a
-// timer, so it returns as soon as the kernel has the answer.
+// timer, so it returns as soon as the kernel has the answer. A nil ctx, or
+// a nil or zero Resolver, is EINVAL.
 func (r *Resolver) Resolve(ctx context.Context, dst netip.Addr) (Hop, error) {
+	if err := r.usable(dst); err != nil {
+		return Hop{}, err
+	}
+	if ctx == nil {
+		return Hop{}, fmt.Errorf("neigh %s: nil context: %w", dst, fi.EINVAL)
+	}
 	timeout := time.NewTimer(r.opts.Timeout)
 	defer timeout.Stop()
 	poll := time.NewTicker(recheck)
