@@ -36,4 +36,9 @@
 // A failed request comes back with a libfabric errno (fi.Errno) and a
 // message. RemoteError rebuilds it on the client side so that
 // errors.Is(err, fi.EBUSY) holds across the socket.
+//
+// Nil values are never a panic: WriteMsg and ReadMsg on a nil connection
+// and Err on a nil *Response fail with fi.EINVAL, a nil *RemoteError
+// prints as "<nil>" and unwraps to nil, and ErrorResponse with a nil error
+// answers fi.EOTHER.
 package ctl

@@ -43,14 +43,21 @@ type Response struct {
 }
 
 // ErrorResponse is the response to request id that failed with err. The
-// errno is err's libfabric code (fi.Code).
+// errno is err's libfabric code (fi.Code). A nil err, which says nothing of
+// the failure, is answered as fi.EOTHER.
 func ErrorResponse(id uint64, err error) *Response {
+	if err == nil {
+		err = fmt.Errorf("failed without an error: %w", fi.EOTHER)
+	}
 	return &Response{ID: id, Errno: int(fi.Code(err)), Error: err.Error()}
 }
 
 // Err rebuilds the error a response carries: nil on success, else a
-// *RemoteError.
+// *RemoteError. A nil *Response carries no answer: fi.EINVAL.
 func (r *Response) Err() error {
+	if r == nil {
+		return fmt.Errorf("nil response: %w", fi.EINVAL)
+	}
 	if r.Errno == 0 && r.Error == "" {
 		return nil
 	}
@@ -67,10 +74,21 @@ type RemoteError struct {
 	Code fi.Errno
 }
 
-func (e *RemoteError) Error() string { return "agent: " + e.Msg }
+func (e *RemoteError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	return "agent: " + e.Msg
+}
 
-// Unwrap exposes the errno to errors.Is and fi.Code.
-func (e *RemoteError) Unwrap() error { return e.Code }
+// Unwrap exposes the errno to errors.Is and fi.Code (nil for a nil
+// *RemoteError).
+func (e *RemoteError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Code
+}
 
 // Decode unmarshals one operation's arguments or result strictly: unknown
 // fields and trailing data are EINVAL, so a field the other side means but
@@ -91,8 +109,12 @@ func Decode(raw json.RawMessage, v any) error {
 	return nil
 }
 
-// WriteMsg sends v as one message with fds attached (SCM_RIGHTS).
+// WriteMsg sends v as one message with fds attached (SCM_RIGHTS). A nil
+// connection is fi.EINVAL.
 func WriteMsg(c *net.UnixConn, v any, fds []int) error {
+	if c == nil {
+		return fmt.Errorf("write message: nil connection: %w", fi.EINVAL)
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode message: %v: %w", err, fi.EINVAL)
@@ -122,8 +144,11 @@ func WriteMsg(c *net.UnixConn, v any, fds []int) error {
 // connection is io.EOF. A message that is empty, larger than MaxMessage,
 // carries too many descriptors or is not one JSON document is an error
 // wrapping fi.EINVAL or fi.EMSGSIZE, after which the connection stays
-// usable (the message is consumed).
+// usable (the message is consumed). A nil connection is fi.EINVAL.
 func ReadMsg(c *net.UnixConn, v any) ([]int, error) {
+	if c == nil {
+		return nil, fmt.Errorf("read message: nil connection: %w", fi.EINVAL)
+	}
 	buf, fds, flags, err := recvmsg(c)
 	if err != nil {
 		return nil, err
