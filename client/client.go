@@ -69,18 +69,39 @@ func (c *Client) hello(version int) error {
 	return nil
 }
 
-// Agent returns what the agent said of itself in the handshake.
-func (c *Client) Agent() ctl.HelloResult { return c.agent }
+// Agent returns what the agent said of itself in the handshake (the zero
+// HelloResult for a nil Client).
+func (c *Client) Agent() ctl.HelloResult {
+	if c == nil {
+		return ctl.HelloResult{}
+	}
+	return c.agent
+}
 
-// Close closes the connection; the agent releases what it owned.
-func (c *Client) Close() error { return c.c.Close() }
+// Close closes the connection; the agent releases what it owned. Closing a
+// nil or zero Client (not from Dial) returns nil: there is nothing to
+// release.
+func (c *Client) Close() error {
+	if c == nil || c.c == nil {
+		return nil
+	}
+	return c.c.Close()
+}
 
 // Call sends one request of operation op with args (marshalled as JSON,
 // nil for none) and decodes the result into result (if not nil). File
 // descriptors the response carries are returned; the caller owns them.
 // Typed callers use the ctl.Op values through the Client's methods; Call
-// is the untyped form, for tools and tests.
+// is the untyped form, for tools and tests. On a nil Client, or one that
+// did not come from Dial (its zero value), every call fails with
+// fi.EINVAL.
 func (c *Client) Call(op string, args, result any) ([]int, error) {
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%s: nil client: %w", op, fi.EINVAL)
+	case c.c == nil:
+		return nil, fmt.Errorf("%s: client not connected (zero value, not from Dial): %w", op, fi.EINVAL)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++

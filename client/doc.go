@@ -11,6 +11,10 @@
 // *ctl.RemoteError wrapping fi.Errno, so errors.Is(err, fi.EBUSY) works
 // across the socket.
 //
+// A nil *Client, or one that did not come from Dial (its zero value),
+// never panics: every request fails with fi.EINVAL, Agent returns the zero
+// HelloResult and Close returns nil.
+//
 // Who may connect is decided by the socket file's owner, group and mode;
 // the agent also records each peer's credentials (SO_PEERCRED) and releases
 // what a connection owned when it closes, including when its process dies.
