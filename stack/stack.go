@@ -8,6 +8,10 @@
 // Attaching the XDP program to the interface is not part of a Stack: an
 // agent's program is attached already, a private one is the caller's to
 // attach and detach (see loader.Objects.Attach).
+//
+// Open given a nil or unloaded (zero) *loader.Objects fails with
+// fi.EINVAL; Close on a nil or zero Stack returns nil (nothing to
+// release).
 package stack
 
 import (
@@ -73,6 +77,9 @@ func Open(objs *loader.Objects, attr Attr) (*Stack, error) {
 	}
 	if attr.Do != nil {
 		err = attr.Do(open)
+		if err == nil && s.EP == nil {
+			err = fmt.Errorf("Attr.Do returned without opening it: %w", fi.EINVAL)
+		}
 	} else {
 		err = open()
 	}
