@@ -44,7 +44,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./ctl
 	$(GO) test -run '^$$' -fuzz '^FuzzDispatch$$' -fuzztime $(FUZZTIME) ./agent
 
-# Regenerate the BPF objects (needs clang-14, llvm, libbpf-dev).
+# Regenerate the BPF objects and their Go bindings (needs clang-14, llvm,
+# libbpf-dev), then Counter's String (stringer): everything under bpf/ that
+# .ci/run checks byte for byte.
 generate:
 	$(GO) generate ./bpf/...
 

@@ -5,14 +5,15 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/wire"
 )
 
-// The Go mirrors of xdpfab_consts.h (in wire and here) and of the enums
-// agree with the header.
+// The Go mirrors of xdpfab_consts.h's #defines (in wire and here) agree
+// with the header. The enums need no mirror: bpf2go generates them.
 func TestConstsMatchC(t *testing.T) {
 	src, err := os.ReadFile("xdpfab_consts.h")
 	if err != nil {
@@ -31,12 +32,6 @@ func TestConstsMatchC(t *testing.T) {
 		"XDPFAB_HF_CQ_DATA": wire.FlagCQData, "XDPFAB_META_KNOWN": wire.MetaKnown, "XDPFAB_META_SOURCE_ERR": wire.MetaSourceErr,
 		"XDPFAB_META_USER_ID": wire.MetaUserID, "XDPFAB_META_VERSION": wire.MetaVersion, "XDPFAB_AVF_USER_ID": bpf.AVFUserID,
 		"XDPFAB_AF_INET": wire.AFInet, "XDPFAB_AF_INET6": wire.AFInet6, "XDPFAB_IFINDEX_SLOTS": bpf.IfindexSlots,
-		"XDPFAB_C_RX": int64(bpf.CounterRX), "XDPFAB_C_TRANSLATED": int64(bpf.CounterTranslated),
-		"XDPFAB_C_UNKNOWN": int64(bpf.CounterUnknown), "XDPFAB_C_DROP_POLICY": int64(bpf.CounterDropPolicy),
-		"XDPFAB_C_MALFORMED": int64(bpf.CounterMalformed), "XDPFAB_C_PASS": int64(bpf.CounterPass),
-		"XDPFAB_C_REDIRECT_FAIL": int64(bpf.CounterRedirectFail), "XDPFAB_C_MAX": int64(bpf.NumCounters),
-		"XDPFAB_POLICY_NOTAVAIL": int64(bpf.PolicyNotAvail), "XDPFAB_POLICY_SOURCE_ERR": int64(bpf.PolicySourceErr),
-		"XDPFAB_POLICY_DROP": int64(bpf.PolicyDrop),
 	} {
 		cVal, ok := c[name]
 		switch {
@@ -108,7 +103,7 @@ func TestWireLayoutMatchesC(t *testing.T) {
 	h := wire.Hdr{Op: 0x11, Flags: 0x22, RxCtx: 0x33, Group: 0x44444444, AuthKey: 0x55555555, Tag: 0x6666666666666666, CQData: 0x7777777777777777}
 	b := make([]byte, wire.HdrLen)
 	wire.PutHdr(b, h)
-	check("xdpfab_hdr", wire.HdrLen, b, binary.BigEndian, map[string]field{
+	check("wire_hdr", wire.HdrLen, b, binary.BigEndian, map[string]field{
 		"magic": {4, wire.Magic}, "version": {1, wire.Version}, "op": {1, uint64(h.Op)}, "flags": {1, uint64(h.Flags)},
 		"rx_ctx": {1, uint64(h.RxCtx)}, "group": {4, uint64(h.Group)}, "auth_key": {4, uint64(h.AuthKey)},
 		"tag": {8, h.Tag}, "cq_data": {8, h.CQData},
@@ -128,12 +123,12 @@ func TestWireLayoutMatchesC(t *testing.T) {
 		{"l3_off", 2, uint64(m.L3Off)}, {"hdr_off", 2, uint64(m.HdrOff)}, {"payload_len", 2, uint64(m.PayloadLen)},
 		{"family", 1, uint64(m.Family)}, {"version", 1, uint64(m.Version)}, {"rx_ctx", 1, uint64(m.RxCtx)},
 	} {
-		off, ok := offsets["xdpfab_meta"][f.name]
+		off, ok := offsets["rx_meta"][f.name]
 		if !ok {
-			t.Errorf("xdpfab_meta.%s: no offset pinned in xdpfab_structs.h", f.name)
+			t.Errorf("rx_meta.%s: no offset pinned in xdpfab_structs.h", f.name)
 			continue
 		}
-		delete(offsets["xdpfab_meta"], f.name)
+		delete(offsets["rx_meta"], f.name)
 		switch f.width {
 		case 1:
 			b[off] = byte(f.value)
@@ -145,13 +140,29 @@ func TestWireLayoutMatchesC(t *testing.T) {
 			binary.NativeEndian.PutUint64(b[off:], f.value)
 		}
 	}
-	for name := range offsets["xdpfab_meta"] {
-		t.Errorf("xdpfab_meta.%s: pinned in C, unknown to wire", name)
+	for name := range offsets["rx_meta"] {
+		t.Errorf("rx_meta.%s: pinned in C, unknown to wire", name)
 	}
-	if sizes["xdpfab_meta"] != wire.MetaLen {
-		t.Errorf("sizeof(struct xdpfab_meta) = %d in C, %d in wire", sizes["xdpfab_meta"], wire.MetaLen)
+	if sizes["rx_meta"] != wire.MetaLen {
+		t.Errorf("sizeof(struct rx_meta) = %d in C, %d in wire", sizes["rx_meta"], wire.MetaLen)
 	}
 	if got, ok := wire.ParseMeta(b); !ok || got != m {
 		t.Errorf("wire.ParseMeta of the C layout: %+v (ok %v)\nwant %+v", got, ok, m)
+	}
+}
+
+// Every counter has a name of its own (stringer's, from types.go): a
+// counter added in C without one in Go shows here as "Counter(n)".
+func TestCounterNames(t *testing.T) {
+	seen := map[string]bool{}
+	for c := range bpf.NumCounters {
+		name := c.String()
+		if name == "" || strings.HasPrefix(name, "Counter(") || seen[name] {
+			t.Errorf("counter %d: name %q", uint32(c), name)
+		}
+		seen[name] = true
+	}
+	if got := bpf.CounterUnknown.String(); got != "unknown_source" {
+		t.Errorf("CounterUnknown is %q", got)
 	}
 }

@@ -11,24 +11,24 @@ import (
 // Go names for the map key and value structs in xdpfab_structs.h. bpf2go
 // generates them from the object's BTF, so they cannot drift from C.
 type (
-	// Addr is struct xdpfab_addr: a peer or local address and UDP port.
-	Addr = xdpfabXdpfabAddr
-	// AVKey is struct xdpfab_av_key, the forward AV map's key.
-	AVKey = xdpfabXdpfabAvKey
-	// AVVal is struct xdpfab_av_val, the forward AV map's value.
-	AVVal = xdpfabXdpfabAvVal
-	// RevKey is struct xdpfab_rev_key: (AV id, index).
-	RevKey = xdpfabXdpfabRevKey
-	// RevVal is struct xdpfab_rev_val, the reverse AV table's value.
-	RevVal = xdpfabXdpfabRevVal
-	// AVMeta is struct xdpfab_av_meta, per-AV attributes.
-	AVMeta = xdpfabXdpfabAvMeta
-	// AuthKeyVal is struct xdpfab_authkey_val.
-	AuthKeyVal = xdpfabXdpfabAuthkeyVal
-	// EPKey is struct xdpfab_ep_key, the endpoint table's key.
-	EPKey = xdpfabXdpfabEpKey
-	// EPVal is struct xdpfab_ep_val, the endpoint table's value.
-	EPVal = xdpfabXdpfabEpVal
+	// Addr is struct udp_addr: a peer or local address and UDP port.
+	Addr = kernUdpAddr
+	// AVKey is struct av_key, the forward AV map's key.
+	AVKey = kernAvKey
+	// AVVal is struct av_val, the forward AV map's value.
+	AVVal = kernAvVal
+	// RevKey is struct rev_key: (AV id, index).
+	RevKey = kernRevKey
+	// RevVal is struct rev_val, the reverse AV table's value.
+	RevVal = kernRevVal
+	// AVMeta is struct av_meta, per-AV attributes.
+	AVMeta = kernAvMeta
+	// AuthKeyVal is struct authkey_val.
+	AuthKeyVal = kernAuthkeyVal
+	// EPKey is struct ep_key, the endpoint table's key.
+	EPKey = kernEpKey
+	// EPVal is struct ep_val, the endpoint table's value.
+	EPVal = kernEpVal
 )
 
 // NameString returns the AV's name (the NUL-terminated Name field).
@@ -45,61 +45,54 @@ func (m *AVMeta) NameString() string {
 // whose completions report the user id (XDPFAB_AVF_USER_ID).
 const AVFUserID = 0x0001
 
-// Policy is what an endpoint does with datagrams from unknown sources.
-type Policy uint8
+// Policy is what an endpoint does with datagrams from unknown sources
+// (enum policy, generated from the object's BTF).
+type Policy = kernPolicy
 
-// Policies (enum xdpfab_policy).
+// Policies.
 const (
-	PolicyNotAvail  Policy = 0 // deliver with FI_ADDR_NOTAVAIL
-	PolicySourceErr Policy = 1 // deliver flagged for an EADDRNOTAVAIL completion
-	PolicyDrop      Policy = 2 // drop in the kernel, counted
+	PolicyNotAvail  Policy = kernPolicyUNKNOWN_NOTAVAIL   // deliver with FI_ADDR_NOTAVAIL
+	PolicySourceErr Policy = kernPolicyUNKNOWN_SOURCE_ERR // deliver flagged for an EADDRNOTAVAIL completion
+	PolicyDrop      Policy = kernPolicyUNKNOWN_DROP       // drop in the kernel, counted
 )
 
 // IfindexSlots is the number of ifindexes with counters of their own
 // (XDPFAB_IFINDEX_SLOTS); higher ones share slot 0.
 const IfindexSlots = 1024
 
-// Counter indexes a row of xdpfab_stats (enum xdpfab_counter).
-type Counter uint32
+// Counter indexes a row of xdpfab_stats (enum counter, generated from the
+// object's BTF). String gives its metric-style name (the line comments
+// below; counter_string.go is stringer's).
+type Counter = kernCounter
 
 // Counters. Every frame counts in CounterRX and in exactly one other.
 const (
-	CounterRX Counter = iota
-	CounterTranslated
-	CounterUnknown
-	CounterDropPolicy
-	CounterMalformed
-	CounterPass
-	CounterRedirectFail
-	NumCounters
+	CounterRX           Counter = kernCounterSTAT_RX            // rx
+	CounterTranslated   Counter = kernCounterSTAT_TRANSLATED    // translated
+	CounterUnknown      Counter = kernCounterSTAT_UNKNOWN       // unknown_source
+	CounterDropPolicy   Counter = kernCounterSTAT_DROP_POLICY   // dropped_policy
+	CounterMalformed    Counter = kernCounterSTAT_MALFORMED     // malformed
+	CounterPass         Counter = kernCounterSTAT_PASS          // passed
+	CounterRedirectFail Counter = kernCounterSTAT_REDIRECT_FAIL // redirect_failed
 )
 
-var counterNames = [NumCounters]string{
-	"rx", "translated", "unknown_source", "dropped_policy", "malformed", "passed", "redirect_failed",
-}
+// NumCounters is the number of counters (STAT_MAX).
+const NumCounters = kernCounterSTAT_MAX
 
-// String returns the counter's metric-style name.
-func (c Counter) String() string {
-	if c < NumCounters {
-		return counterNames[c]
-	}
-	return "unknown"
-}
-
-// Map and program names, as bpftool shows them.
+// Map and program names, as bpftool shows them (bpf2go's constants).
 const (
-	MapAV      = "xdpfab_av"
-	MapAVRev   = "xdpfab_avrev"
-	MapAVMeta  = "xdpfab_avmeta"
-	MapAuthKey = "xdpfab_authkey"
-	MapEP      = "xdpfab_ep"
-	MapXSKs    = "xdpfab_xsks"
-	MapStats   = "xdpfab_stats"
-	ProgRX     = "xdpfab_rx"
+	MapAV      = kernMapXdpfabAv
+	MapAVRev   = kernMapXdpfabAvrev
+	MapAVMeta  = kernMapXdpfabAvmeta
+	MapAuthKey = kernMapXdpfabAuthkey
+	MapEP      = kernMapXdpfabEp
+	MapXSKs    = kernMapXdpfabXsks
+	MapStats   = kernMapXdpfabStats
+	ProgRX     = kernProgXdpfabRx
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.
-func LoadSpec() (*ebpf.CollectionSpec, error) { return loadXdpfab() }
+func LoadSpec() (*ebpf.CollectionSpec, error) { return loadKern() }
 
 // MakeAddr converts a netip.AddrPort to the map representation. IPv4 and
 // IPv4-mapped IPv6 addresses become AF_INET.

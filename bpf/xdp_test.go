@@ -53,9 +53,9 @@ func fixture(t *testing.T) *loader.Objects {
 	xdptest.BindXSK(t, dp, bed.A, 0, 0, 1)
 
 	eps := map[netip.AddrPort]bpf.EPVal{
-		ep4:     {EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1, Policy: uint8(bpf.PolicyNotAvail)},
-		ep6:     {EpId: 2, AvId: 1, RxCtxs: 1, Queues: 1, Policy: uint8(bpf.PolicySourceErr)},
-		epDrop:  {EpId: 3, AvId: 1, RxCtxs: 1, Queues: 1, Policy: uint8(bpf.PolicyDrop)},
+		ep4:     {EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1, Policy: bpf.PolicyNotAvail},
+		ep6:     {EpId: 2, AvId: 1, RxCtxs: 1, Queues: 1, Policy: bpf.PolicySourceErr},
+		epDrop:  {EpId: 3, AvId: 1, RxCtxs: 1, Queues: 1, Policy: bpf.PolicyDrop},
 		epAuth:  {EpId: 4, AvId: 1, RxCtxs: 1, Queues: 1, AuthKey: 0x1234},
 		epCtx:   {EpId: 5, AvId: 1, RxCtxs: 2, Queues: 1},
 		epWild:  {EpId: 6, AvId: 1, RxCtxs: 1, Queues: 1},

@@ -13,15 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type xdpfabXdpfabAddr struct {
-	_      structs.HostLayout
-	Addr   [16]uint8
-	Port   uint16
-	Family uint8
-	Pad    uint8
-}
-
-type xdpfabXdpfabAuthkeyVal struct {
+type kernAuthkeyVal struct {
 	_      structs.HostLayout
 	UserId uint64
 	Len    uint32
@@ -29,13 +21,13 @@ type xdpfabXdpfabAuthkeyVal struct {
 	Key    [64]uint8
 }
 
-type xdpfabXdpfabAvKey struct {
+type kernAvKey struct {
 	_    structs.HostLayout
 	AvId uint32
-	Src  xdpfabXdpfabAddr
+	Src  kernUdpAddr
 }
 
-type xdpfabXdpfabAvMeta struct {
+type kernAvMeta struct {
 	_          structs.HostLayout
 	Generation uint64
 	Flags      uint64
@@ -48,7 +40,7 @@ type xdpfabXdpfabAvMeta struct {
 	Name       [48]uint8
 }
 
-type xdpfabXdpfabAvVal struct {
+type kernAvVal struct {
 	_       structs.HostLayout
 	FiAddr  uint64
 	UserId  uint64
@@ -58,34 +50,55 @@ type xdpfabXdpfabAvVal struct {
 	Pad     uint32
 }
 
-type xdpfabXdpfabEpKey struct {
+type kernCounter uint32
+
+const (
+	kernCounterSTAT_RX            kernCounter = 0
+	kernCounterSTAT_TRANSLATED    kernCounter = 1
+	kernCounterSTAT_UNKNOWN       kernCounter = 2
+	kernCounterSTAT_DROP_POLICY   kernCounter = 3
+	kernCounterSTAT_MALFORMED     kernCounter = 4
+	kernCounterSTAT_PASS          kernCounter = 5
+	kernCounterSTAT_REDIRECT_FAIL kernCounter = 6
+	kernCounterSTAT_MAX           kernCounter = 7
+)
+
+type kernEpKey struct {
 	_     structs.HostLayout
-	Local xdpfabXdpfabAddr
+	Local kernUdpAddr
 }
 
-type xdpfabXdpfabEpVal struct {
+type kernEpVal struct {
 	_       structs.HostLayout
 	EpId    uint32
 	AvId    uint32
 	XskBase uint32
 	RxCtxs  uint16
 	Queues  uint16
-	Policy  uint8
+	Policy  kernPolicy
 	Flags   uint8
 	Pad     uint16
 	AuthKey uint32
 }
 
-type xdpfabXdpfabRevKey struct {
+type kernPolicy uint8
+
+const (
+	kernPolicyUNKNOWN_NOTAVAIL   kernPolicy = 0
+	kernPolicyUNKNOWN_SOURCE_ERR kernPolicy = 1
+	kernPolicyUNKNOWN_DROP       kernPolicy = 2
+)
+
+type kernRevKey struct {
 	_     structs.HostLayout
 	AvId  uint32
 	Index uint32
 }
 
-type xdpfabXdpfabRevVal struct {
+type kernRevVal struct {
 	_       structs.HostLayout
 	UserId  uint64
-	Addr    xdpfabXdpfabAddr
+	Addr    kernUdpAddr
 	Refcnt  uint32
 	Group   uint32
 	AuthKey uint32
@@ -93,42 +106,50 @@ type xdpfabXdpfabRevVal struct {
 	_       [4]byte
 }
 
+type kernUdpAddr struct {
+	_      structs.HostLayout
+	Addr   [16]uint8
+	Port   uint16
+	Family uint8
+	Pad    uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpfabMapXdpfabAuthkey = "xdpfab_authkey"
-	xdpfabMapXdpfabAv      = "xdpfab_av"
-	xdpfabMapXdpfabAvmeta  = "xdpfab_avmeta"
-	xdpfabMapXdpfabAvrev   = "xdpfab_avrev"
-	xdpfabMapXdpfabEp      = "xdpfab_ep"
-	xdpfabMapXdpfabStats   = "xdpfab_stats"
-	xdpfabMapXdpfabXsks    = "xdpfab_xsks"
-	xdpfabProgXdpfabRx     = "xdpfab_rx"
+	kernMapXdpfabAuthkey = "xdpfab_authkey"
+	kernMapXdpfabAv      = "xdpfab_av"
+	kernMapXdpfabAvmeta  = "xdpfab_avmeta"
+	kernMapXdpfabAvrev   = "xdpfab_avrev"
+	kernMapXdpfabEp      = "xdpfab_ep"
+	kernMapXdpfabStats   = "xdpfab_stats"
+	kernMapXdpfabXsks    = "xdpfab_xsks"
+	kernProgXdpfabRx     = "xdpfab_rx"
 )
 
-// loadXdpfab returns the embedded CollectionSpec for xdpfab.
-func loadXdpfab() (*ebpf.CollectionSpec, error) {
-	reader := bytes.NewReader(_XdpfabBytes)
+// loadKern returns the embedded CollectionSpec for kern.
+func loadKern() (*ebpf.CollectionSpec, error) {
+	reader := bytes.NewReader(_KernBytes)
 	spec, err := ebpf.LoadCollectionSpecFromReader(reader)
 	if err != nil {
-		return nil, fmt.Errorf("can't load xdpfab: %w", err)
+		return nil, fmt.Errorf("can't load kern: %w", err)
 	}
 
 	return spec, err
 }
 
-// loadXdpfabObjects loads xdpfab and converts it into a struct.
+// loadKernObjects loads kern and converts it into a struct.
 //
 // The following types are suitable as obj argument:
 //
-//	*xdpfabObjects
-//	*xdpfabPrograms
-//	*xdpfabMaps
+//	*kernObjects
+//	*kernPrograms
+//	*kernMaps
 //
 // See ebpf.CollectionSpec.LoadAndAssign documentation for details.
-func loadXdpfabObjects(obj any, opts *ebpf.CollectionOptions) error {
-	spec, err := loadXdpfab()
+func loadKernObjects(obj any, opts *ebpf.CollectionOptions) error {
+	spec, err := loadKern()
 	if err != nil {
 		return err
 	}
@@ -136,26 +157,26 @@ func loadXdpfabObjects(obj any, opts *ebpf.CollectionOptions) error {
 	return spec.LoadAndAssign(obj, opts)
 }
 
-// xdpfabSpecs contains maps and programs before they are loaded into the kernel.
+// kernSpecs contains maps and programs before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type xdpfabSpecs struct {
-	xdpfabProgramSpecs
-	xdpfabMapSpecs
-	xdpfabVariableSpecs
+type kernSpecs struct {
+	kernProgramSpecs
+	kernMapSpecs
+	kernVariableSpecs
 }
 
-// xdpfabProgramSpecs contains programs before they are loaded into the kernel.
+// kernProgramSpecs contains programs before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type xdpfabProgramSpecs struct {
+type kernProgramSpecs struct {
 	XdpfabRx *ebpf.ProgramSpec `ebpf:"xdpfab_rx"`
 }
 
-// xdpfabMapSpecs contains maps before they are loaded into the kernel.
+// kernMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type xdpfabMapSpecs struct {
+type kernMapSpecs struct {
 	XdpfabAuthkey *ebpf.MapSpec `ebpf:"xdpfab_authkey"`
 	XdpfabAv      *ebpf.MapSpec `ebpf:"xdpfab_av"`
 	XdpfabAvmeta  *ebpf.MapSpec `ebpf:"xdpfab_avmeta"`
@@ -165,32 +186,32 @@ type xdpfabMapSpecs struct {
 	XdpfabXsks    *ebpf.MapSpec `ebpf:"xdpfab_xsks"`
 }
 
-// xdpfabVariableSpecs contains global variables before they are loaded into the kernel.
+// kernVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type xdpfabVariableSpecs struct {
+type kernVariableSpecs struct {
 }
 
-// xdpfabObjects contains all objects after they have been loaded into the kernel.
+// kernObjects contains all objects after they have been loaded into the kernel.
 //
-// It can be passed to loadXdpfabObjects or ebpf.CollectionSpec.LoadAndAssign.
-type xdpfabObjects struct {
-	xdpfabPrograms
-	xdpfabMaps
-	xdpfabVariables
+// It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
+type kernObjects struct {
+	kernPrograms
+	kernMaps
+	kernVariables
 }
 
-func (o *xdpfabObjects) Close() error {
-	return _XdpfabClose(
-		&o.xdpfabPrograms,
-		&o.xdpfabMaps,
+func (o *kernObjects) Close() error {
+	return _KernClose(
+		&o.kernPrograms,
+		&o.kernMaps,
 	)
 }
 
-// xdpfabMaps contains all maps after they have been loaded into the kernel.
+// kernMaps contains all maps after they have been loaded into the kernel.
 //
-// It can be passed to loadXdpfabObjects or ebpf.CollectionSpec.LoadAndAssign.
-type xdpfabMaps struct {
+// It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
+type kernMaps struct {
 	XdpfabAuthkey *ebpf.Map `ebpf:"xdpfab_authkey"`
 	XdpfabAv      *ebpf.Map `ebpf:"xdpfab_av"`
 	XdpfabAvmeta  *ebpf.Map `ebpf:"xdpfab_avmeta"`
@@ -200,8 +221,8 @@ type xdpfabMaps struct {
 	XdpfabXsks    *ebpf.Map `ebpf:"xdpfab_xsks"`
 }
 
-func (m *xdpfabMaps) Close() error {
-	return _XdpfabClose(
+func (m *kernMaps) Close() error {
+	return _KernClose(
 		m.XdpfabAuthkey,
 		m.XdpfabAv,
 		m.XdpfabAvmeta,
@@ -212,26 +233,26 @@ func (m *xdpfabMaps) Close() error {
 	)
 }
 
-// xdpfabVariables contains all global variables after they have been loaded into the kernel.
+// kernVariables contains all global variables after they have been loaded into the kernel.
 //
-// It can be passed to loadXdpfabObjects or ebpf.CollectionSpec.LoadAndAssign.
-type xdpfabVariables struct {
+// It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
+type kernVariables struct {
 }
 
-// xdpfabPrograms contains all programs after they have been loaded into the kernel.
+// kernPrograms contains all programs after they have been loaded into the kernel.
 //
-// It can be passed to loadXdpfabObjects or ebpf.CollectionSpec.LoadAndAssign.
-type xdpfabPrograms struct {
+// It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
+type kernPrograms struct {
 	XdpfabRx *ebpf.Program `ebpf:"xdpfab_rx"`
 }
 
-func (p *xdpfabPrograms) Close() error {
-	return _XdpfabClose(
+func (p *kernPrograms) Close() error {
+	return _KernClose(
 		p.XdpfabRx,
 	)
 }
 
-func _XdpfabClose(closers ...io.Closer) error {
+func _KernClose(closers ...io.Closer) error {
 	for _, closer := range closers {
 		if err := closer.Close(); err != nil {
 			return err
@@ -243,4 +264,4 @@ func _XdpfabClose(closers ...io.Closer) error {
 // Do not access this directly.
 //
 //go:embed xdpfab_bpfel.o
-var _XdpfabBytes []byte
+var _KernBytes []byte

@@ -14,38 +14,44 @@
 
 /* Per-CPU counters (index into xdpfab_stats). Every frame the program sees
  * counts once in RX and exactly once in one of the outcome counters, so
- * rx == translated + unknown + drop_policy + malformed + pass + redirect_fail. */
-enum xdpfab_counter {
-	XDPFAB_C_RX = 0,            /* frames seen */
-	XDPFAB_C_TRANSLATED = 1,    /* redirected, source found in the AV */
-	XDPFAB_C_UNKNOWN = 2,       /* redirected, source not in the AV */
-	XDPFAB_C_DROP_POLICY = 3,   /* unknown source, endpoint policy drop */
-	XDPFAB_C_MALFORMED = 4,     /* to an endpoint, bad xdpfab header/lengths: dropped */
-	XDPFAB_C_PASS = 5,          /* not ours: XDP_PASS, untouched */
-	XDPFAB_C_REDIRECT_FAIL = 6, /* ours, but no socket / metadata failed: dropped */
-	XDPFAB_C_MAX = 7,
+ * rx == translated + unknown + drop_policy + malformed + pass + redirect_fail.
+ *
+ * The enums are Go's too: bpf2go -type makes bpf.Counter and bpf.Policy of
+ * them from the object's BTF, naming each constant after its type and
+ * enumerator (STAT_RX becomes xdpfabCounterSTAT_RX), so the enumerators
+ * carry no XDPFAB_ prefix of their own. */
+enum counter {
+	STAT_RX = 0,            /* frames seen */
+	STAT_TRANSLATED = 1,    /* redirected, source found in the AV */
+	STAT_UNKNOWN = 2,       /* redirected, source not in the AV */
+	STAT_DROP_POLICY = 3,   /* unknown source, endpoint policy drop */
+	STAT_MALFORMED = 4,     /* to an endpoint, bad xdpfab header/lengths: dropped */
+	STAT_PASS = 5,          /* not ours: XDP_PASS, untouched */
+	STAT_REDIRECT_FAIL = 6, /* ours, but no socket / metadata failed: dropped */
+	STAT_MAX = 7,
 };
 
-/* Counters are kept per ingress ifindex: xdpfab_stats[ifindex * XDPFAB_C_MAX
+/* Counters are kept per ingress ifindex: xdpfab_stats[ifindex * STAT_MAX
  * + counter], a per-CPU array (lookups inlined: no cost per packet over a
  * single set). Ifindexes at or above XDPFAB_IFINDEX_SLOTS share slot 0,
  * which no interface uses. An ifindex is per network namespace. */
 #define XDPFAB_IFINDEX_SLOTS 1024
 
-/* What an endpoint does with a datagram whose source is not in its AV. */
-enum xdpfab_policy {
-	XDPFAB_POLICY_NOTAVAIL = 0, /* deliver with fi_addr FI_ADDR_NOTAVAIL */
-	XDPFAB_POLICY_SOURCE_ERR = 1, /* deliver, flagged for an error completion */
-	XDPFAB_POLICY_DROP = 2,     /* XDP_DROP in the kernel, counted */
-};
+/* What an endpoint does with a datagram whose source is not in its AV
+ * (ep_val.policy: packed, one byte). */
+enum policy {
+	UNKNOWN_NOTAVAIL = 0,   /* deliver with fi_addr FI_ADDR_NOTAVAIL */
+	UNKNOWN_SOURCE_ERR = 1, /* deliver, flagged for an error completion */
+	UNKNOWN_DROP = 2,       /* XDP_DROP in the kernel, counted */
+} __attribute__((packed));
 
-/* xdpfab_meta.flags */
+/* rx_meta.flags */
 #define XDPFAB_META_KNOWN 0x0001      /* source found: fi_addr/user_id valid */
-#define XDPFAB_META_SOURCE_ERR 0x0002 /* unknown source under POLICY_SOURCE_ERR */
+#define XDPFAB_META_SOURCE_ERR 0x0002 /* unknown source under UNKNOWN_SOURCE_ERR */
 #define XDPFAB_META_USER_ID 0x0004    /* report user_id in place of fi_addr */
 #define XDPFAB_META_VERSION 1
 
-/* xdpfab_av_val.flags / xdpfab_rev_val.flags */
+/* av_val.flags / rev_val.flags */
 #define XDPFAB_AVF_USER_ID 0x0001 /* completions report user_id */
 
 /* Address families, as in Linux. */

@@ -13,16 +13,16 @@
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct xdpfab_av_key);
-	__type(value, struct xdpfab_av_val);
+	__type(key, struct av_key);
+	__type(value, struct av_val);
 } xdpfab_av SEC(".maps");
 
 /* Reverse AV: (av, index) -> address. Source of truth for user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct xdpfab_rev_key);
-	__type(value, struct xdpfab_rev_val);
+	__type(key, struct rev_key);
+	__type(value, struct rev_val);
 } xdpfab_avrev SEC(".maps");
 
 /* AV attributes by av id. */
@@ -30,23 +30,23 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 256);
 	__type(key, __u32);
-	__type(value, struct xdpfab_av_meta);
+	__type(value, struct av_meta);
 } xdpfab_avmeta SEC(".maps");
 
 /* Auth keys by (av, handle). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, struct xdpfab_rev_key);
-	__type(value, struct xdpfab_authkey_val);
+	__type(key, struct rev_key);
+	__type(value, struct authkey_val);
 } xdpfab_authkey SEC(".maps");
 
 /* Local endpoints by (address, port). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, struct xdpfab_ep_key);
-	__type(value, struct xdpfab_ep_val);
+	__type(key, struct ep_key);
+	__type(value, struct ep_val);
 } xdpfab_ep SEC(".maps");
 
 /* AF_XDP sockets by slot. */
@@ -57,10 +57,10 @@ struct {
 	__type(value, __u32);
 } xdpfab_xsks SEC(".maps");
 
-/* Per-CPU counters by ingress ifindex, enum xdpfab_counter. */
+/* Per-CPU counters by ingress ifindex, enum counter. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XDPFAB_C_MAX * XDPFAB_IFINDEX_SLOTS);
+	__uint(max_entries, STAT_MAX * XDPFAB_IFINDEX_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
 } xdpfab_stats SEC(".maps");

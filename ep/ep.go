@@ -317,7 +317,7 @@ func (e *Endpoint) register() error {
 		policy = bpf.PolicyDrop
 	}
 	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues),
-		Policy: uint8(policy), AuthKey: e.authKey}
+		Policy: policy, AuthKey: e.authKey}
 	if err := e.dp.EP.Update(e.key, val, ebpf.UpdateNoExist); err != nil {
 		e.clearSlots(base, n)
 		if errors.Is(err, ebpf.ErrKeyExist) {

@@ -7,8 +7,8 @@
 // endpoint's transmit path writes its frames with it, and tests feed them
 // to the XDP program.
 //
-// The C side of the same layout is bpf/xdpfab_structs.h (struct xdpfab_hdr,
-// struct xdpfab_meta) and bpf/xdpfab_consts.h; the bpf package's tests check
+// The C side of the same layout is bpf/xdpfab_structs.h (struct wire_hdr,
+// struct rx_meta) and bpf/xdpfab_consts.h; the bpf package's tests check
 // this package's constants and offsets against them. The Put functions
 // write into caller-provided buffers and never allocate.
 package wire

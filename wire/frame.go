@@ -41,8 +41,11 @@ type Frame struct {
 	NoUDPCsum bool
 }
 
-// Len returns the frame length Put writes.
+// Len returns the frame length Put writes (0 for a nil Frame).
 func (f *Frame) Len() int {
+	if f == nil {
+		return 0
+	}
 	n := 14 + 4*len(f.VLANs) + UDPHeaderLen + len(f.Payload) + f.hdrLen()
 	if f.Src.Addr().Unmap().Is4() {
 		return n + 20 + len(f.IPOptions)
@@ -68,9 +71,13 @@ func Build(f Frame) []byte {
 }
 
 // Put writes the frame into b (at least f.Len() bytes) and returns its
-// length. It does not allocate.
+// length. It does not allocate. A b shorter than f.Len() is left alone and
+// Put returns 0, as it does for a nil Frame.
 func (f *Frame) Put(b []byte) int {
 	n := f.Len()
+	if f == nil || len(b) < n {
+		return 0
+	}
 	b = b[:n]
 	copy(b[0:6], f.DstMAC[:])
 	copy(b[6:12], f.SrcMAC[:])

@@ -37,9 +37,12 @@ type Hdr struct {
 }
 
 // PutHdr writes h as an xdpfab header (magic and version included) into
-// b[:HdrLen] and returns HdrLen. b must hold at least HdrLen bytes.
+// b[:HdrLen] and returns HdrLen. b must hold at least HdrLen bytes: a
+// shorter one is left alone and PutHdr returns 0.
 func PutHdr(b []byte, h Hdr) int {
-	_ = b[HdrLen-1]
+	if len(b) < HdrLen {
+		return 0
+	}
 	binary.BigEndian.PutUint32(b[0:], Magic)
 	b[4] = Version
 	b[5] = h.Op

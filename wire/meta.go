@@ -28,7 +28,7 @@ const (
 	AFInet6 = 10
 )
 
-// Meta is struct xdpfab_meta, the 32 bytes the XDP program writes in front of
+// Meta is struct rx_meta, the 32 bytes the XDP program writes in front of
 // every frame it redirects (host byte order; the C header pins the
 // offsets ParseMeta reads).
 type Meta struct {
