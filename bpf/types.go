@@ -31,6 +31,15 @@ type (
 	EPVal = kernEpVal
 )
 
+// Specs and Objects are bpf2go's typed views of the object, before and
+// after loading: a field per map and program, tagged with its name. The
+// loader resizes the maps through Specs (ebpf.CollectionSpec.Assign) and
+// loads into Objects (LoadAndAssign) instead of looking names up.
+type (
+	Specs   = kernSpecs
+	Objects = kernObjects
+)
+
 // NameString returns the AV's name (the NUL-terminated Name field).
 func (m *AVMeta) NameString() string {
 	for i, c := range m.Name {
@@ -79,7 +88,8 @@ const (
 // NumCounters is the number of counters (STAT_MAX).
 const NumCounters = kernCounterSTAT_MAX
 
-// Map and program names, as bpftool shows them (bpf2go's constants).
+// Map names, as bpftool shows them and as the pins under <root>/maps are
+// named (bpf2go's constants).
 const (
 	MapAV      = kernMapXdpfabAv
 	MapAVRev   = kernMapXdpfabAvrev
@@ -88,7 +98,6 @@ const (
 	MapEP      = kernMapXdpfabEp
 	MapXSKs    = kernMapXdpfabXsks
 	MapStats   = kernMapXdpfabStats
-	ProgRX     = kernProgXdpfabRx
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.

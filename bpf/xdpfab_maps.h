@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Every map of the xdpfab dataplane. Names are bpftool-visible (at most 15
- * characters). max_entries here are defaults; the loader resizes them. */
+ * characters) and name the pins: with a pin root, the loader pins each map
+ * under <root>/maps/<name> and re-opens what is there (LIBBPF_PIN_BY_NAME);
+ * without one it drops the pinning. max_entries here are defaults; the
+ * loader resizes them. */
 #ifndef XDPFAB_MAPS_H
 #define XDPFAB_MAPS_H
 
@@ -15,6 +18,7 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, struct av_key);
 	__type(value, struct av_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_av SEC(".maps");
 
 /* Reverse AV: (av, index) -> address. Source of truth for user space. */
@@ -23,6 +27,7 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, struct rev_key);
 	__type(value, struct rev_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_avrev SEC(".maps");
 
 /* AV attributes by av id. */
@@ -31,6 +36,7 @@ struct {
 	__uint(max_entries, 256);
 	__type(key, __u32);
 	__type(value, struct av_meta);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_avmeta SEC(".maps");
 
 /* Auth keys by (av, handle). */
@@ -39,6 +45,7 @@ struct {
 	__uint(max_entries, 1024);
 	__type(key, struct rev_key);
 	__type(value, struct authkey_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_authkey SEC(".maps");
 
 /* Local endpoints by (address, port). */
@@ -47,6 +54,7 @@ struct {
 	__uint(max_entries, 1024);
 	__type(key, struct ep_key);
 	__type(value, struct ep_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_ep SEC(".maps");
 
 /* AF_XDP sockets by slot. */
@@ -55,6 +63,7 @@ struct {
 	__uint(max_entries, 1024);
 	__type(key, __u32);
 	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_xsks SEC(".maps");
 
 /* Per-CPU counters by ingress ifindex, enum counter. */
@@ -63,6 +72,7 @@ struct {
 	__uint(max_entries, STAT_MAX * XDPFAB_IFINDEX_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_stats SEC(".maps");
 
 #endif

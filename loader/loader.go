@@ -57,7 +57,6 @@ type Objects struct {
 	mu      sync.Mutex // serialises users of lockDir within the process
 	lockDir *os.File   // the pin root, flock'ed for cross-process changes
 	pool    int        // AV entries reserved by this process, unused (capacity.go)
-	rest    []*ebpf.Map
 }
 
 // Config returns the configuration the dataplane was loaded with (defaults
@@ -70,6 +69,8 @@ func (d *Objects) Pinned() bool { return d.pinned }
 // Load loads the dataplane, or re-opens the pinned one under cfg.PinRoot.
 // Maps that are already pinned keep their contents; a pinned map whose
 // definition differs (say, another AVEntries) is an error, never replaced.
+// It sizes and loads the object through bpf2go's typed bindings
+// (bpf.Specs, bpf.Objects): no map is looked up by name.
 func Load(cfg Config) (*Objects, error) {
 	if err := checkOS(); err != nil {
 		return nil, err
@@ -79,18 +80,20 @@ func Load(cfg Config) (*Objects, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load xdpfab object: %w", err)
 	}
-	sizes := map[string]uint32{
-		bpf.MapAV: cfg.AVEntries, bpf.MapAVRev: cfg.AVEntries, bpf.MapAVMeta: cfg.MaxAVs,
-		bpf.MapAuthKey: cfg.MaxEndpoints, bpf.MapEP: cfg.MaxEndpoints, bpf.MapXSKs: cfg.XSKSlots,
+	var specs bpf.Specs
+	if err := spec.Assign(&specs); err != nil {
+		return nil, fmt.Errorf("xdpfab object does not match its bindings: %w: %w", fi.EINVAL, err)
 	}
-	for name, n := range sizes {
-		ms, ok := spec.Maps[name]
-		if !ok {
-			return nil, fmt.Errorf("xdpfab object has no map %s: %w", name, fi.EINVAL)
-		}
-		ms.MaxEntries = n
-	}
+	specs.XdpfabAv.MaxEntries = cfg.AVEntries
+	specs.XdpfabAvrev.MaxEntries = cfg.AVEntries
+	specs.XdpfabAvmeta.MaxEntries = cfg.MaxAVs
+	specs.XdpfabAuthkey.MaxEntries = cfg.MaxEndpoints
+	specs.XdpfabEp.MaxEntries = cfg.MaxEndpoints
+	specs.XdpfabXsks.MaxEntries = cfg.XSKSlots
 
+	// The maps are pinned by name in C (xdpfab_maps.h): under the pin
+	// root's maps/ directory, where a map already pinned is re-opened, or
+	// refused when its definition differs. Without a pin root nothing is.
 	d := &Objects{cfg: cfg}
 	var opts ebpf.CollectionOptions
 	if cfg.PinRoot != "" {
@@ -101,37 +104,26 @@ func Load(cfg Config) (*Objects, error) {
 		if err := os.MkdirAll(mapDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create pin directory %s: %w", mapDir, err)
 		}
-		for name := range spec.Maps {
-			if isXDPFabMap(name) {
-				spec.Maps[name].Pinning = ebpf.PinByName
-			}
-		}
 		opts.Maps.PinPath = mapDir
 		d.pinned = true
 		if d.lockDir, err = os.Open(cfg.PinRoot); err != nil {
 			return nil, fmt.Errorf("open pin root %s: %w", cfg.PinRoot, err)
 		}
+	} else {
+		for _, ms := range spec.Maps {
+			ms.Pinning = ebpf.PinNone
+		}
 	}
 
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
-	if err != nil {
+	var objs bpf.Objects
+	if err := spec.LoadAndAssign(&objs, &opts); err != nil {
 		d.closeLock()
 		return nil, loadError(err)
 	}
-	d.Program = coll.Programs[bpf.ProgRX]
-	m := coll.Maps
-	d.AV, d.AVRev, d.AVMeta, d.AuthKey = m[bpf.MapAV], m[bpf.MapAVRev], m[bpf.MapAVMeta], m[bpf.MapAuthKey]
-	d.EP, d.XSKs, d.Stats = m[bpf.MapEP], m[bpf.MapXSKs], m[bpf.MapStats]
-	for name, mp := range m {
-		if !isXDPFabMap(name) {
-			d.rest = append(d.rest, mp)
-		}
-	}
+	d.Program = objs.XdpfabRx
+	d.AV, d.AVRev, d.AVMeta, d.AuthKey = objs.XdpfabAv, objs.XdpfabAvrev, objs.XdpfabAvmeta, objs.XdpfabAuthkey
+	d.EP, d.XSKs, d.Stats = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats
 	return d, nil
-}
-
-func isXDPFabMap(name string) bool {
-	return len(name) > 7 && name[:7] == "xdpfab_"
 }
 
 func loadError(err error) error {
@@ -163,9 +155,6 @@ func (d *Objects) Close() error {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
-	}
-	for _, m := range d.rest {
-		errs = append(errs, m.Close())
 	}
 	d.closeLock()
 	return errors.Join(errs...)

@@ -5,10 +5,12 @@ package loader_test
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
@@ -152,6 +154,53 @@ func TestPinnedLinkAdoption(t *testing.T) {
 	}
 	if err := load(t, "").Detach("x"); !errors.Is(err, fi.ENOENT) {
 		t.Errorf("detach on unpinned dataplane: %v", err)
+	}
+	dp.Unpin()
+}
+
+// Load keeps every map of the object, sized by Config and pinned by name
+// under <root>/maps; a second Load re-opens the same maps.
+func TestLoadPinsEveryMap(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	spec, err := bpf.LoadSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "bpffs")
+	dp := load(t, root)
+	t.Cleanup(func() { loader.UnmountBPFFS(root) })
+	held := map[string]bool{}
+	for _, m := range []*ebpf.Map{dp.AV, dp.AVRev, dp.AVMeta, dp.AuthKey, dp.EP, dp.XSKs, dp.Stats} {
+		info, err := m.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[info.Name] = true
+	}
+	for name := range spec.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		if !held[name] {
+			t.Errorf("map %s: not one of loader.Objects' maps", name)
+		}
+		if _, err := os.Stat(filepath.Join(root, "maps", name)); err != nil {
+			t.Errorf("map %s: not pinned: %v", name, err)
+		}
+		delete(held, name)
+	}
+	if len(held) > 0 {
+		t.Errorf("maps not in the object: %v", held)
+	}
+	if dp.AV.MaxEntries() != 1024 || dp.AVRev.MaxEntries() != 1024 || dp.AVMeta.MaxEntries() != 8 {
+		t.Errorf("sizes %d %d %d, want Config's 1024 1024 8", dp.AV.MaxEntries(), dp.AVRev.MaxEntries(), dp.AVMeta.MaxEntries())
+	}
+	if err := dp.AVMeta.Put(uint32(1), bpf.AVMeta{Generation: 7}); err != nil {
+		t.Fatal(err)
+	}
+	var m bpf.AVMeta
+	if err := load(t, root).AVMeta.Lookup(uint32(1), &m); err != nil || m.Generation != 7 {
+		t.Errorf("re-opened map: %+v %v", m, err)
 	}
 	dp.Unpin()
 }
