@@ -50,7 +50,7 @@ func (m *AVMeta) NameString() string {
 	return string(m.Name[:])
 }
 
-// AVFUserID is the xdpfab_av_val and xdpfab_rev_val flag for entries
+// AVFUserID is the av_val and rev_val flag for entries
 // whose completions report the user id (XDPFAB_AVF_USER_ID).
 const AVFUserID = 0x0001
 
