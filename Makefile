@@ -23,7 +23,7 @@ vet:
 # The packages an application imports build off Linux, where what needs
 # Linux fails with fi.EOPNOTSUPP (see package client): vet them, tests
 # included, for macOS on both of its architectures.
-CROSS_PKGS := ./client/... ./ctl/... ./ep/... ./av/... ./cq/... ./fi/... \
+CROSS_PKGS := ./client/... ./ctl/... ./ep/... ./av/... ./cq/... ./fi/... ./wire/... ./stack/... \
 	./dataplane/... ./neigh/... ./loader/... ./bpf/...
 .PHONY: cross
 cross:

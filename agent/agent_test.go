@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/av"
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -32,6 +31,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 var xdpfabBin string
@@ -195,9 +195,9 @@ func (n *node) receiver(avName string) *receiver {
 
 // xdpfabDatagram is an xdpfab message as a plain UDP payload.
 func xdpfabDatagram(seq uint32) []byte {
-	b := make([]byte, bpf.HdrLen+4)
-	bpf.PutHdr(b, bpf.WireHdr{Op: bpf.OpMsg})
-	b[bpf.HdrLen], b[bpf.HdrLen+1], b[bpf.HdrLen+2], b[bpf.HdrLen+3] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+	b := make([]byte, wire.HdrLen+4)
+	wire.PutHdr(b, wire.Hdr{Op: wire.OpMsg})
+	b[wire.HdrLen], b[wire.HdrLen+1], b[wire.HdrLen+2], b[wire.HdrLen+3] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
 	return b
 }
 
