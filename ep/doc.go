@@ -23,4 +23,15 @@
 //
 // Open an endpoint from a goroutine whose thread is in the interface's
 // network namespace; afterwards it may be used from anywhere.
+//
+// Nil and zero values are errors, never panics. Open and Prepare given a
+// nil, zero or read-only *loader.Objects fail with fi.EINVAL. An
+// Endpoint or Prepared that is nil or did not come from Open, Adopt or
+// Prepare (its zero value) fails every method with an error result with
+// fi.EINVAL, and so does a nil *RxContext, which is what Rx returns for a
+// context that does not exist; a closed Endpoint fails with
+// fi.EOPBADSTATE. Methods without an error result return zero values
+// (Closed reports true: nothing is open) or do nothing, and Close returns
+// nil (nothing to release). The send and receive paths pay one predictable
+// branch and still allocate nothing.
 package ep

@@ -56,6 +56,9 @@ type Endpoint struct {
 // Open opens an endpoint. Call it from a goroutine whose thread is in the
 // network namespace of attr.Ifname.
 func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
+	if err := checkDataplane(dp); err != nil {
+		return nil, err
+	}
 	if err := attr.validate(); err != nil {
 		return nil, err
 	}
@@ -78,6 +81,33 @@ func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
 	return e, nil
 }
 
+// checkDataplane fails with EINVAL unless dp is a loaded dataplane with
+// the maps an endpoint registers in: not nil, not a zero loader.Objects,
+// not a read-only view (OpenPinned, FromFDs: no XSKMAP).
+func checkDataplane(dp *loader.Objects) error {
+	switch {
+	case dp == nil:
+		return fmt.Errorf("ep open: nil dataplane: %w", fi.EINVAL)
+	case dp.EP == nil || dp.XSKs == nil:
+		return fmt.Errorf("ep open: dataplane not loaded (zero loader.Objects, or a read-only view without the XSKMAP): %w", fi.EINVAL)
+	}
+	return nil
+}
+
+// usable is the guard of the methods with an error result: a nil
+// *Endpoint, or one that did not come from Open or Adopt (its zero value,
+// which has no device), is EINVAL. A closed one is EOPBADSTATE, which the
+// methods report themselves.
+func (e *Endpoint) usable(op string) error {
+	switch {
+	case e == nil:
+		return fmt.Errorf("%s: nil endpoint: %w", op, fi.EINVAL)
+	case e.dev == nil:
+		return fmt.Errorf("%s: endpoint not opened (zero value, not from Open or Adopt): %w", op, fi.EINVAL)
+	}
+	return nil
+}
+
 // undoList undoes a half-made endpoint, last step first.
 type undoList []func()
 
@@ -97,8 +127,8 @@ func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList
 	// A local list: error returns set the result to nil, and the deferred
 	// undo must still see what was done.
 	var undo undoList
-	if dp == nil {
-		return nil, nil, fmt.Errorf("ep open: nil dataplane: %w", fi.EINVAL)
+	if err := checkDataplane(dp); err != nil {
+		return nil, nil, err
 	}
 	attr.defaults()
 	iface, err := net.InterfaceByName(attr.Ifname)
@@ -334,22 +364,43 @@ func (e *Endpoint) clearSlots(base, n uint32) {
 	}
 }
 
-// Queues is the number of rx queues the endpoint listens on.
-func (e *Endpoint) Queues() int { return e.queues }
+// Queues is the number of rx queues the endpoint listens on (0 for a nil
+// Endpoint).
+func (e *Endpoint) Queues() int {
+	if e == nil {
+		return 0
+	}
+	return e.queues
+}
 
-// Closed reports whether Close has been called.
-func (e *Endpoint) Closed() bool { return e.closed.Load() }
+// Closed reports whether Close has been called, or the endpoint was never
+// opened (a nil or zero Endpoint): whether it is unusable.
+func (e *Endpoint) Closed() bool { return e == nil || e.dev == nil || e.closed.Load() }
 
 // ID is the endpoint's id in the XDP program's endpoint table (the ep_id
-// of the metadata in front of its frames).
-func (e *Endpoint) ID() uint32 { return e.id }
+// of the metadata in front of its frames); 0 for a nil Endpoint.
+func (e *Endpoint) ID() uint32 {
+	if e == nil {
+		return 0
+	}
+	return e.id
+}
 
-// MaxMsgSize is the largest message the endpoint sends or receives.
-func (e *Endpoint) MaxMsgSize() int { return e.maxMsg }
+// MaxMsgSize is the largest message the endpoint sends or receives (0 for
+// a nil Endpoint).
+func (e *Endpoint) MaxMsgSize() int {
+	if e == nil {
+		return 0
+	}
+	return e.maxMsg
+}
 
 // Stats returns the sockets' kernel statistics summed.
 func (e *Endpoint) Stats() (dataplane.Stats, error) {
 	var sum dataplane.Stats
+	if err := e.usable("ep stats"); err != nil {
+		return sum, err
+	}
 	for _, rc := range e.rx {
 		for _, s := range rc.socks {
 			st, err := s.Stats()
@@ -370,8 +421,13 @@ func (e *Endpoint) Stats() (dataplane.Stats, error) {
 // Close closes the endpoint: the endpoint-table entry goes first (no more
 // redirects), then the XSKMAP slots, then the sockets, then the bindings.
 // Posted receives are dropped without completions, as fi_close(3) allows.
-// An adopted endpoint asks the agent to do the first two.
+// An adopted endpoint asks the agent to do the first two. Closing a closed
+// endpoint returns nil, and so does closing a nil or zero one (nothing to
+// release).
 func (e *Endpoint) Close() error {
+	if e == nil || e.dev == nil {
+		return nil
+	}
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
 	if e.closed.Swap(true) {

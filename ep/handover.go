@@ -28,6 +28,9 @@ type Prepared struct {
 // its AV stays bound until Close. Call it from a thread in the interface's
 // network namespace.
 func Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
+	if err := checkDataplane(dp); err != nil {
+		return nil, err
+	}
 	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress = nil, nil, nil, ProgressManual
 	if err := attr.validateKernel(); err != nil {
 		return nil, err
@@ -62,7 +65,12 @@ type HandoverInfo struct {
 // Handover returns the description and the descriptors to send, in this
 // order: the UMEM's memfd, the anchors, then the sockets. The descriptors
 // stay the Prepared's (send them with SCM_RIGHTS, which duplicates them).
+// A nil or zero Prepared (not from Prepare) has nothing to hand over: the
+// zero HandoverInfo and no descriptors.
 func (p *Prepared) Handover() (HandoverInfo, []int) {
+	if p == nil || p.e == nil {
+		return HandoverInfo{}, nil
+	}
 	e := p.e
 	info := HandoverInfo{ID: e.id, Ifindex: e.dev.key.ifindex, Queues: e.queues, RxContexts: len(e.rx),
 		MaxMsg: e.maxMsg, Frames: e.umem.NumFrames(), AuthKey: e.authKey}
@@ -80,17 +88,32 @@ func (p *Prepared) Handover() (HandoverInfo, []int) {
 	return info, fds
 }
 
-// ID is the endpoint's id in the XDP endpoint table.
-func (p *Prepared) ID() uint32 { return p.e.id }
+// ID is the endpoint's id in the XDP endpoint table (0 for a nil or zero
+// Prepared).
+func (p *Prepared) ID() uint32 {
+	if p == nil || p.e == nil {
+		return 0
+	}
+	return p.e.id
+}
 
 // Stats returns the sockets' kernel statistics (readable while the
-// application runs the data path).
-func (p *Prepared) Stats() (dataplane.Stats, error) { return p.e.Stats() }
+// application runs the data path). A nil or zero Prepared is EINVAL.
+func (p *Prepared) Stats() (dataplane.Stats, error) {
+	if p == nil || p.e == nil {
+		return dataplane.Stats{}, fmt.Errorf("ep stats: prepared endpoint is nil or not from Prepare (zero value): %w", fi.EINVAL)
+	}
+	return p.e.Stats()
+}
 
 // Close removes the endpoint from the XDP tables and closes the agent's
 // descriptors; the application's copies keep the kernel sockets alive until
-// it closes them, but no frame reaches them any more. Idempotent.
+// it closes them, but no frame reaches them any more. Idempotent; closing
+// a nil or zero Prepared returns nil (nothing to release).
 func (p *Prepared) Close() error {
+	if p == nil || p.e == nil {
+		return nil
+	}
 	p.once.Do(func() {
 		e := p.e
 		e.closed.Store(true)

@@ -8,8 +8,14 @@ import (
 
 // Progress drives the endpoint once: finished sends are completed and
 // arrived messages delivered. CQ reads call it (manual progress); call it
-// directly to progress without reading.
-func (e *Endpoint) Progress() { e.progress() }
+// directly to progress without reading. On a nil or zero Endpoint it does
+// nothing.
+func (e *Endpoint) Progress() {
+	if e == nil || e.dev == nil {
+		return
+	}
+	e.progress()
+}
 
 // progress reports whether a receive context could not take its frames
 // for want of room (CQ full, or too many parked frames).

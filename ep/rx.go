@@ -51,9 +51,10 @@ type frameRef struct {
 // TRecv and Cancel act on it. Endpoint's own methods act on context 0.
 type RxContext struct{ c *rxCtx }
 
-// Rx returns receive context i, or nil when there is none.
+// Rx returns receive context i, or nil when there is none (also on a nil
+// Endpoint). The methods of a nil *RxContext fail with fi.EINVAL.
 func (e *Endpoint) Rx(i int) *RxContext {
-	if i < 0 || i >= len(e.rx) {
+	if e == nil || i < 0 || i >= len(e.rx) {
 		return nil
 	}
 	return &RxContext{e.rx[i]}
@@ -63,6 +64,9 @@ func (e *Endpoint) Rx(i int) *RxContext {
 // source; a specific fi_addr needs fi.DirectedRecv; fi.GroupAddr(AnySource,
 // g) any source of peer group g) with context ctx (fi_recv).
 func (e *Endpoint) Recv(buf []byte, src fi.Addr, ctx any) error {
+	if e == nil || len(e.rx) == 0 {
+		return e.rxErr("ep recv")
+	}
 	return e.rx[0].post(recvOp{buf: buf, src: src, ctx: ctx}, false)
 }
 
@@ -71,27 +75,59 @@ func (e *Endpoint) Recv(buf []byte, src fi.Addr, ctx any) error {
 // Attr.MinMultiRecv bytes remain; the completion that releases it has
 // fi.MultiRecv set.
 func (e *Endpoint) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
+	if e == nil || len(e.rx) == 0 {
+		return e.rxErr("ep recvmsg")
+	}
 	return e.Rx(0).RecvMsg(buf, src, ctx, flags)
 }
 
 // TRecv posts buf to receive a tagged message whose tag matches tag in
 // every bit not set in ignore (fi_trecv).
 func (e *Endpoint) TRecv(buf []byte, src fi.Addr, tag, ignore uint64, ctx any) error {
+	if e == nil || len(e.rx) == 0 {
+		return e.rxErr("ep trecv")
+	}
 	return e.rx[0].post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx}, true)
 }
 
 // Cancel cancels the posted receive with context ctx (fi_cancel): it
 // completes with fi.ECANCELED. Contexts are compared with ==; a context
 // whose type is not comparable never matches.
-func (e *Endpoint) Cancel(ctx any) error { return e.rx[0].cancel(ctx) }
+func (e *Endpoint) Cancel(ctx any) error {
+	if e == nil || len(e.rx) == 0 {
+		return e.rxErr("ep cancel")
+	}
+	return e.rx[0].cancel(ctx)
+}
+
+// rxErr is why op cannot act on context 0: the endpoint is nil or zero, or
+// (never after Open or Adopt) it has no receive context.
+func (e *Endpoint) rxErr(op string) error {
+	if err := e.usable(op); err != nil {
+		return err
+	}
+	return errNoRxCtx(op)
+}
+
+// errNoRxCtx is what the methods of a nil *RxContext (Rx's answer for a
+// context that does not exist) and of a zero one fail with.
+func errNoRxCtx(op string) error {
+	return fmt.Errorf("%s: no such receive context (nil or zero RxContext; Endpoint.Rx returns nil for a missing one): %w", op, fi.EINVAL)
+}
 
 // Recv is Endpoint.Recv on this context.
 func (r *RxContext) Recv(buf []byte, src fi.Addr, ctx any) error {
+	if r == nil || r.c == nil {
+		return errNoRxCtx("ep recv")
+	}
 	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx}, false)
 }
 
 // RecvMsg is Endpoint.RecvMsg on this context.
 func (r *RxContext) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
+	if r == nil || r.c == nil {
+		return errNoRxCtx("ep recvmsg")
+	}
 	if flags&^fi.MultiRecv != 0 {
 		return fmt.Errorf("ep recvmsg: flags %v: %w", flags&^fi.MultiRecv, fi.EBADFLAGS)
 	}
@@ -100,11 +136,19 @@ func (r *RxContext) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) er
 
 // TRecv is Endpoint.TRecv on this context.
 func (r *RxContext) TRecv(buf []byte, src fi.Addr, tag, ignore uint64, ctx any) error {
+	if r == nil || r.c == nil {
+		return errNoRxCtx("ep trecv")
+	}
 	return r.c.post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx}, true)
 }
 
 // Cancel is Endpoint.Cancel on this context.
-func (r *RxContext) Cancel(ctx any) error { return r.c.cancel(ctx) }
+func (r *RxContext) Cancel(ctx any) error {
+	if r == nil || r.c == nil {
+		return errNoRxCtx("ep cancel")
+	}
+	return r.c.cancel(ctx)
+}
 
 func (c *rxCtx) post(op recvOp, tagged bool) error {
 	e := c.ep

@@ -110,13 +110,21 @@ func (e *Endpoint) TSendMsg(buf []byte, dest fi.Addr, tag, data uint64, ctx any,
 // TxCompletion is the completion level the endpoint's sends report by
 // default: fi.InjectComplete (the data is in the socket's memory) or
 // fi.TransmitComplete (the kernel sent the frame). An unreliable endpoint
-// offers nothing stronger; fi.DeliveryComplete is not available.
-func (e *Endpoint) TxCompletion() fi.Flags { return e.attr.OpFlags }
+// offers nothing stronger; fi.DeliveryComplete is not available. A nil
+// Endpoint has none (0).
+func (e *Endpoint) TxCompletion() fi.Flags {
+	if e == nil {
+		return 0
+	}
+	return e.attr.OpFlags
+}
 
 // The transmit path's EAGAIN errors are made once: a caller retrying a
 // busy send must not allocate per attempt.
 var (
 	errClosed     = fmt.Errorf("ep send: endpoint closed: %w", fi.EOPBADSTATE)
+	errNilEP      = fmt.Errorf("ep send: nil endpoint: %w", fi.EINVAL)
+	errZeroEP     = fmt.Errorf("ep send: endpoint not opened (zero value, not from Open or Adopt): %w", fi.EINVAL)
 	errTxCQFull   = fmt.Errorf("ep send: transmit CQ full, read it: %w", fi.EAGAIN)
 	errNoFrame    = fmt.Errorf("ep send: no free transmit frame: %w", fi.EAGAIN)
 	errTxRingFull = fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
@@ -143,6 +151,10 @@ func (e *Endpoint) decode(dest fi.Addr) (idx fi.Addr, rxCtx uint8, group uint32,
 
 func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64, flags fi.Flags, ctx any) error {
 	switch {
+	case e == nil:
+		return errNilEP
+	case e.dev == nil:
+		return errZeroEP
 	case e.closed.Load():
 		return fmt.Errorf("ep send: endpoint closed: %w", fi.EOPBADSTATE)
 	case flags&^sendFlags != 0:
