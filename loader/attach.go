@@ -58,6 +58,12 @@ type Attachment struct {
 // pinned at PinRoot/links/<ifname>, survives the process, and a later Attach
 // adopts it (updating it to this process's program) instead of failing.
 func (d *Objects) Attach(ifname string, mode Mode) (*Attachment, error) {
+	if err := d.loaded(fmt.Sprintf("attach xdpfab to %q", ifname)); err != nil {
+		return nil, err
+	}
+	if d.Program == nil {
+		return nil, fmt.Errorf("attach xdpfab to %q: a read-only dataplane (OpenPinned, FromFDs) has no program: %w", ifname, fi.EINVAL)
+	}
 	iface, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, fmt.Errorf("attach xdpfab to %q: no such interface: %w", ifname, fi.ENODEV)
@@ -130,9 +136,10 @@ func otherXDP(ifindex int) (uint32, bool) {
 }
 
 // Close releases the process's handle. A pinned link stays attached
-// (traffic keeps flowing); an unpinned one is detached.
+// (traffic keeps flowing); an unpinned one is detached. A nil or zero
+// Attachment (not from Attach) holds nothing: nil.
 func (a *Attachment) Close() error {
-	if a.link == nil {
+	if a == nil || a.link == nil {
 		return nil
 	}
 	err := a.link.Close()
@@ -140,9 +147,10 @@ func (a *Attachment) Close() error {
 	return err
 }
 
-// Detach removes the program from the interface, pinned or not.
+// Detach removes the program from the interface, pinned or not. A nil or
+// zero Attachment holds nothing to detach: nil.
 func (a *Attachment) Detach() error {
-	if a.link == nil {
+	if a == nil || a.link == nil {
 		return nil
 	}
 	var errs []error
@@ -157,7 +165,7 @@ func (a *Attachment) Detach() error {
 // AttachedPinned reports whether a pinned xdpfab link exists for ifname
 // (an agent attached the program there).
 func (d *Objects) AttachedPinned(ifname string) bool {
-	if !d.pinned {
+	if d == nil || !d.pinned {
 		return false
 	}
 	_, err := os.Stat(filepath.Join(d.cfg.PinRoot, "links", ifname))
@@ -167,6 +175,9 @@ func (d *Objects) AttachedPinned(ifname string) bool {
 // Detach removes xdpfab's pinned link from ifname, for a process that did
 // not attach it (`xdpfab detach`).
 func (d *Objects) Detach(ifname string) error {
+	if err := d.loaded(fmt.Sprintf("detach %s", ifname)); err != nil {
+		return err
+	}
 	if !d.pinned {
 		return fmt.Errorf("detach %s: dataplane is not pinned, nothing to detach: %w", ifname, fi.ENOENT)
 	}

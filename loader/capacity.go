@@ -21,6 +21,9 @@ const reserveChunk = 1024
 // ReserveAVEntries claims room for n more AV entries. The caller holds
 // Lock. It fails with ENOSPC when the maps cannot hold them.
 func (d *Objects) ReserveAVEntries(n int) error {
+	if err := d.loaded("reserve AV entries"); err != nil {
+		return err
+	}
 	if n <= d.pool {
 		d.pool -= n
 		return nil
@@ -44,8 +47,12 @@ func (d *Objects) ReserveAVEntries(n int) error {
 	return nil
 }
 
-// ReleaseAVEntries returns room for n entries. The caller holds Lock.
+// ReleaseAVEntries returns room for n entries. The caller holds Lock. On a
+// nil or zero Objects it does nothing.
 func (d *Objects) ReleaseAVEntries(n int) {
+	if d.loaded("") != nil {
+		return
+	}
 	d.pool += n
 	if d.pool > 2*reserveChunk {
 		d.returnPool(d.pool - reserveChunk)
@@ -75,6 +82,9 @@ func (d *Objects) globalMeta() (bpf.AVMeta, error) {
 // AVEntriesInUse reports the node-wide reserved count (entries plus the
 // room processes hold in reserve).
 func (d *Objects) AVEntriesInUse() (int, error) {
+	if err := d.loaded("read AV capacity"); err != nil {
+		return 0, err
+	}
 	unlock := d.Lock()
 	defer unlock()
 	g, err := d.globalMeta()

@@ -14,4 +14,10 @@
 // BPF and XDP are Linux's: elsewhere the package builds, so that code
 // using it can be written there, and Load, OpenPinned and FromFDs fail with
 // fi.EOPNOTSUPP (bpffs_other.go).
+//
+// A nil *Objects, or one that did not come from Load, OpenPinned or
+// FromFDs (its zero value), is never a panic: its methods with an error
+// result fail with fi.EINVAL, the others return zero values or do nothing
+// (Lock's unlock included), and Close and Unpin return nil (nothing to
+// release). A nil or zero Attachment's Close and Detach return nil.
 package loader

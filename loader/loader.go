@@ -59,12 +59,30 @@ type Objects struct {
 	pool    int        // AV entries reserved by this process, unused (capacity.go)
 }
 
+// loaded is the guard of the methods with an error result: a nil
+// *Objects, or one that did not come from Load, OpenPinned or FromFDs (its
+// zero value, which has no maps), is fi.EINVAL.
+func (d *Objects) loaded(op string) error {
+	switch {
+	case d == nil:
+		return fmt.Errorf("%s: nil dataplane (*loader.Objects): %w", op, fi.EINVAL)
+	case d.AVMeta == nil:
+		return fmt.Errorf("%s: dataplane not loaded (zero value, not from Load, OpenPinned or FromFDs): %w", op, fi.EINVAL)
+	}
+	return nil
+}
+
 // Config returns the configuration the dataplane was loaded with (defaults
-// filled in).
-func (d *Objects) Config() Config { return d.cfg }
+// filled in); the zero Config for a nil Objects.
+func (d *Objects) Config() Config {
+	if d == nil {
+		return Config{}
+	}
+	return d.cfg
+}
 
 // Pinned reports whether the dataplane's objects are pinned (shared).
-func (d *Objects) Pinned() bool { return d.pinned }
+func (d *Objects) Pinned() bool { return d != nil && d.pinned }
 
 // Load loads the dataplane, or re-opens the pinned one under cfg.PinRoot.
 // Maps that are already pinned keep their contents; a pinned map whose
@@ -143,8 +161,12 @@ func loadError(err error) error {
 	return fmt.Errorf("load xdpfab dataplane: %w", err)
 }
 
-// Close releases this process's handles. Pinned objects stay.
+// Close releases this process's handles. Pinned objects stay. Closing a
+// nil or zero Objects returns nil: there is nothing to release.
 func (d *Objects) Close() error {
+	if d == nil {
+		return nil
+	}
 	if d.pool > 0 && d.AVMeta != nil {
 		unlock := d.Lock()
 		d.returnPool(d.pool)
@@ -168,9 +190,10 @@ func (d *Objects) closeLock() {
 }
 
 // Unpin removes the pinned maps (not links: see Detach). Processes holding
-// the maps keep them until they close.
+// the maps keep them until they close. An unpinned, nil or zero Objects
+// has nothing to unpin: nil.
 func (d *Objects) Unpin() error {
-	if !d.pinned {
+	if d == nil || !d.pinned {
 		return nil
 	}
 	var errs []error
@@ -184,7 +207,11 @@ func (d *Objects) Unpin() error {
 // Lock serialises changes to the shared maps: across goroutines always,
 // and across processes (flock on the pin root) when pinned. Callers hold it
 // for a read-modify-write of AV state and release it with the returned func.
+// A nil Objects has nothing to lock: its unlock does nothing.
 func (d *Objects) Lock() (unlock func()) {
+	if d == nil {
+		return func() {}
+	}
 	d.mu.Lock()
 	if d.lockDir != nil {
 		for {
@@ -230,6 +257,9 @@ func (d *Objects) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error) {
 // eachCounter visits every (ifindex, counter) summed over CPUs, reading
 // the per-CPU array in batches.
 func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) error {
+	if err := d.stats("read counters"); err != nil {
+		return err
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err
@@ -256,8 +286,22 @@ func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) err
 	}
 }
 
+// stats is loaded for the counter calls, which also need the counter map.
+func (d *Objects) stats(op string) error {
+	if err := d.loaded(op); err != nil {
+		return err
+	}
+	if d.Stats == nil {
+		return fmt.Errorf("%s: dataplane has no counter map: %w", op, fi.EINVAL)
+	}
+	return nil
+}
+
 // ResetCounters zeroes every counter (tests and `xdpfab stats --reset`).
 func (d *Objects) ResetCounters() error {
+	if err := d.stats("reset counters"); err != nil {
+		return err
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err

@@ -54,6 +54,9 @@ func OpenPinned(pinRoot string) (*Objects, error) {
 // the pin root's lock), so that unprivileged applications of that group
 // can use OpenPinned. Links and the XSKMAP stay root's.
 func (d *Objects) ShareWithGroup(gid int) error {
+	if err := d.loaded("loader: share pins"); err != nil {
+		return err
+	}
 	if !d.pinned {
 		return nil
 	}
@@ -85,6 +88,9 @@ func (d *Objects) readOnlySet() []**ebpf.Map {
 // ReadOnlyFDs opens read-only handles on the dataplane's maps, in
 // ReadOnlyMaps order, for handing to applications (close them after).
 func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
+	if err := d.loaded("loader: read-only handles"); err != nil {
+		return nil, err
+	}
 	if !d.pinned {
 		return nil, fmt.Errorf("loader: read-only handles need a pinned dataplane: %w", fi.EINVAL)
 	}
