@@ -11,6 +11,10 @@
 // typed views the loader loads through. Loading, attaching and pinning are
 // the loader package's job; this package only describes.
 //
+// The hand-written methods take nil and zero values (NameString of a nil
+// *AVMeta is ""); the generated Objects.Close dereferences its receiver,
+// so close only an Objects that LoadAndAssign filled (the loader does).
+//
 // Layout of the C side, one role per file:
 //
 //	xdpfab_consts.h   wire magic, counters, policies, metadata flags

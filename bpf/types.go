@@ -40,8 +40,12 @@ type (
 	Objects = kernObjects
 )
 
-// NameString returns the AV's name (the NUL-terminated Name field).
+// NameString returns the AV's name (the NUL-terminated Name field); ""
+// for a nil *AVMeta.
 func (m *AVMeta) NameString() string {
+	if m == nil {
+		return ""
+	}
 	for i, c := range m.Name {
 		if c == 0 {
 			return string(m.Name[:i])
