@@ -10,5 +10,8 @@
 // The C side of the same layout is bpf/xdpfab_structs.h (struct wire_hdr,
 // struct rx_meta) and bpf/xdpfab_consts.h; the bpf package's tests check
 // this package's constants and offsets against them. The Put functions
-// write into caller-provided buffers and never allocate.
+// write into caller-provided buffers and never allocate; given a buffer too
+// short (or a nil Frame) they write nothing and return 0, and the Parse
+// functions report a short or foreign input with ok false: nothing here
+// panics on nil or zero values.
 package wire
