@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
@@ -20,17 +21,21 @@ import (
 // without capabilities.
 const nobody = 65534
 
-// asUser runs fn on a thread whose credentials are uid/gid with no
-// supplementary groups; what it connects carries them (SO_PEERCRED and
-// SO_PEERGROUPS are the connecting thread's). The thread is discarded
+// asUser runs fn on a thread whose credentials are uid/gid with the
+// supplementary groups given; what it connects carries them (SO_PEERCRED
+// and SO_PEERGROUPS are the connecting thread's). The thread is discarded
 // afterwards.
-func asUser(t *testing.T, uid, gid int, fn func()) {
+func asUser(t *testing.T, uid, gid int, fn func(), groups ...uint32) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		var list unsafe.Pointer
+		if len(groups) > 0 {
+			list = unsafe.Pointer(&groups[0])
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(list), 0); e != 0 {
 			t.Errorf("setgroups: %v", e)
 			return
 		}
@@ -47,21 +52,21 @@ func asUser(t *testing.T, uid, gid int, fn func()) {
 	<-done
 }
 
-// dialAs connects to the agent as uid/gid.
-func dialAs(t *testing.T, sock string, uid, gid int) (*client.Client, error) {
+// dialAs connects to the agent as uid/gid (and groups).
+func dialAs(t *testing.T, sock string, uid, gid int, groups ...uint32) (*client.Client, error) {
 	t.Helper()
 	var c *client.Client
 	var err error
-	asUser(t, uid, gid, func() { c, err = client.Dial(sock) })
+	asUser(t, uid, gid, func() { c, err = client.Dial(sock) }, groups...)
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}
 	return c, err
 }
 
-func mustDialAs(t *testing.T, sock string, uid, gid int) *client.Client {
+func mustDialAs(t *testing.T, sock string, uid, gid int, groups ...uint32) *client.Client {
 	t.Helper()
-	c, err := dialAs(t, sock, uid, gid)
+	c, err := dialAs(t, sock, uid, gid, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}

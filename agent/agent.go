@@ -20,9 +20,10 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/procid"
 	"github.com/xdpfab/xdpfab/loader"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures an agent.
@@ -55,6 +56,9 @@ type Config struct {
 	// Limits bound every caller's requests and holdings (zero fields:
 	// DefaultLimits).
 	Limits Limits
+	// GCInterval is how often the agent looks for what dead processes left
+	// in the shared maps (default 5 s).
+	GCInterval time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -74,7 +78,6 @@ type Agent struct {
 	adminGID int                // -1: no admin group
 	nconns   int                // open connections, guarded by mu
 	usage    map[uint32]*usage  // per uid, guarded by mu
-	owners   map[string]uint32  // creators of the AVs made through this agent, guarded by mu
 
 	ro          []*ebpf.Map          // read-only map handles handed to applications
 	atts        []*loader.Attachment // guarded by mu
@@ -105,7 +108,6 @@ func New(cfg Config) (_ *Agent, err error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}, started: time.Now()}
 	a.handlers = a.handlerTable()
 	a.usage = map[uint32]*usage{}
-	a.owners = map[string]uint32{}
 	a.adminGID = -1
 	a.cfg.Limits.defaults()
 	if err := a.cfg.Limits.validate(); err != nil {
@@ -351,7 +353,11 @@ func lookupGroup(g string) (int, error) {
 
 // gcLoop periodically releases what dead processes left behind.
 func (a *Agent) gcLoop(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
+	every := a.cfg.GCInterval
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -363,27 +369,36 @@ func (a *Agent) gcLoop(ctx context.Context) {
 	}
 }
 
-// gc destroys anonymous AVs whose owning process is gone (the process
-// that opened them died without closing them).
+// gc releases what dead processes left in the shared maps, whoever opened
+// it (through the agent or with the library directly): their anonymous
+// AVs, their endpoints' table entries and XSKMAP slots, and the AV capacity
+// they held in reserve. A process is named by pid and start time
+// (internal/procid), so a reused pid is never taken for the dead owner.
 func (a *Agent) gc() {
+	alive := func(pid uint32, start uint64) bool { return procid.ID{PID: pid, Start: start}.Alive() }
 	n := uint32(a.dp.AVMeta.MaxEntries())
 	for id := uint32(1); id < n; id++ {
 		var m bpf.AVMeta
-		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerPid == 0 || processAlive(int(m.OwnerPid)) {
+		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerPid == 0 || alive(m.OwnerPid, m.OwnerStart) {
 			continue
 		}
 		a.log.Info("removing the AV of a dead process", "av_id", id, "pid", m.OwnerPid)
-		if err := av.DestroyOrphan(a.dp, id, m.OwnerPid); err != nil {
+		if err := av.DestroyOrphan(a.dp, id, m.OwnerPid, m.OwnerStart); err != nil {
 			a.log.Warn("remove AV", "av_id", id, "err", err)
 		}
 	}
-}
-
-// processAlive asks the kernel (kill with signal 0), which works where
-// /proc hides other users' processes (ProtectProc=invisible).
-func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
+	gone, err := ep.ReclaimDead(a.dp, alive)
+	if err != nil {
+		a.log.Warn("reclaim endpoints", "err", err)
+	}
+	for _, r := range gone {
+		a.log.Info("removed the endpoint of a dead process", "id", r.ID, "local", r.Local, "pid", r.OwnerPID)
+	}
+	if freed, err := a.dp.ReclaimPools(alive); err != nil {
+		a.log.Warn("reclaim AV capacity", "err", err)
+	} else if freed > 0 {
+		a.log.Info("gave back the AV capacity dead processes held", "entries", freed)
+	}
 }
 
 // buildVersion is the agent's module version as the Go toolchain recorded

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/procid"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,6 +15,7 @@ import (
 type caller struct {
 	uid, gid uint32
 	pid      int32
+	start    uint64   // the process's start time (internal/procid), 0 if unknown
 	groups   []uint32 // supplementary groups
 }
 
@@ -24,6 +26,9 @@ func credentials(fd int) (caller, error) {
 		return caller{}, fmt.Errorf("peer credentials: %w", err)
 	}
 	c := caller{uid: cred.Uid, gid: cred.Gid, pid: cred.Pid}
+	if id, err := procid.Of(int(cred.Pid)); err == nil {
+		c.start = id.Start
+	}
 	c.groups, err = peerGroups(fd)
 	if err != nil {
 		return caller{}, fmt.Errorf("peer groups: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 )
@@ -39,20 +40,50 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 }
 
 // mayWriteAV refuses a caller that may not change the named AV: admins
-// may change every AV, others only the AVs they created through this agent.
-// An AV made by a process outside the agent (a root application using the
-// library) belongs to root.
+// may change every AV; others the AVs they own (created) and those whose
+// group they are in. The owner is recorded with the AV in its pinned
+// meta, so it survives agent restarts; an AV made by a process outside the
+// agent belongs to that process's uid.
 func (a *Agent) mayWriteAV(who caller, what, name string) error {
 	if a.admin(who) {
 		return nil
 	}
-	a.mu.Lock()
-	owner, ok := a.owners[name]
-	a.mu.Unlock()
-	if ok && owner == who.uid {
+	o, err := av.OwnerOf(a.dp, name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if o.UID == who.uid || o.Group != av.NoGroup && who.inGroup(o.Group) {
 		return nil
 	}
-	return fmt.Errorf("%s %q: uid %d is not its owner: %w", what, name, who.uid, fi.EACCES)
+	return fmt.Errorf("%s %q: uid %d is neither its owner (uid %d) nor in its group: %w", what, name, who.uid, o.UID, fi.EACCES)
+}
+
+// ownedBy counts the named AVs uid owns.
+func (a *Agent) ownedBy(uid uint32) int {
+	n := 0
+	for id := uint32(1); id < a.dp.AVMeta.MaxEntries(); id++ {
+		var m bpf.AVMeta
+		if a.dp.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.NameString() != "" && m.OwnerUid == uid {
+			n++
+		}
+	}
+	return n
+}
+
+// avGroup resolves an AV's group for its creator: a group the creator is
+// in (admins may name any).
+func (a *Agent) avGroup(who caller, group string) (uint32, error) {
+	if group == "" {
+		return av.NoGroup, nil
+	}
+	gid, err := lookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	if gid < 0 || uint32(gid) == av.NoGroup || !a.admin(who) && !who.inGroup(uint32(gid)) {
+		return 0, fmt.Errorf("av create: group %s: uid %d is not a member: %w", group, who.uid, fi.EACCES)
+	}
+	return uint32(gid), nil
 }
 
 func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) {
@@ -77,12 +108,17 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) 
 	if args.Name == "" {
 		return ctl.AVInfo{}, fmt.Errorf("av create: a name is required (the agent holds named AVs only): %w", fi.EINVAL)
 	}
+	gid, err := a.avGroup(who, args.Group)
+	if err != nil {
+		return ctl.AVInfo{}, err
+	}
+	attr.Owner = &av.Owner{UID: who.uid, Group: gid}
 	a.mu.Lock()
 	if a.avs[args.Name] == nil {
 		// Opening an AV that exists is fine for anyone (it changes nothing);
 		// creating one counts against the caller's quota.
 		exists := av.Exists(a.dp, args.Name)
-		if !exists && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID && !who.root() {
+		if !exists && !who.root() && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID {
 			a.mu.Unlock()
 			return ctl.AVInfo{}, fmt.Errorf("av create %q: uid %d owns %d AVs, its quota: %w", args.Name, who.uid, a.ownedBy(who.uid), fi.EDQUOT)
 		}
@@ -93,23 +129,11 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) 
 		}
 		a.avs[args.Name] = v
 		if !exists {
-			a.owners[args.Name] = who.uid
-			a.log.Info("av created", "name", args.Name, "uid", who.uid, "pid", who.pid)
+			a.log.Info("av created", "name", args.Name, "uid", who.uid, "pid", who.pid, "group", args.Group)
 		}
 	}
 	a.mu.Unlock()
 	return a.avInfo(args.Name)
-}
-
-// ownedBy counts the AVs uid created through the agent; a.mu held.
-func (a *Agent) ownedBy(uid uint32) int {
-	n := 0
-	for _, o := range a.owners {
-		if o == uid {
-			n++
-		}
-	}
-	return n
 }
 
 // MaxPerCall bounds the addresses of one insert request, so that its reply
@@ -291,7 +315,6 @@ func (a *Agent) avDestroy(name string, who caller) error {
 	if err := av.Destroy(a.dp, name); err != nil {
 		return err
 	}
-	delete(a.owners, name)
 	a.log.Info("av destroyed", "name", name, "uid", who.uid, "pid", who.pid)
 	return nil
 }

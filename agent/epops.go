@@ -111,7 +111,7 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (_ ctl.EPOpenResult, _ []i
 	p, err := ep.Prepare(a.dp, ep.Attr{
 		Ifname: args.Iface, Local: local, AV: v, Caps: args.Caps, RxContexts: args.RxContexts, Queues: args.Queues,
 		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
-		BindMode: a.cfg.BindMode, Logger: a.log,
+		BindMode: a.cfg.BindMode, Logger: a.log, OwnerPID: int(cn.who.pid), OwnerStart: cn.who.start,
 	})
 	if err != nil {
 		return ctl.EPOpenResult{}, nil, err

@@ -24,7 +24,7 @@ func fuzzAgent(tb testing.TB) *Agent {
 		tb.Fatal(err)
 	}
 	a := &Agent{dp: objs, log: slog.New(slog.NewTextHandler(io.Discard, nil)), avs: map[string]*av.AV{},
-		clients: map[*conn]struct{}{}, usage: map[uint32]*usage{}, owners: map[string]uint32{}, adminGID: -1}
+		clients: map[*conn]struct{}{}, usage: map[uint32]*usage{}, adminGID: -1}
 	a.cfg.Limits.defaults()
 	a.handlers = a.handlerTable()
 	tb.Cleanup(func() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -53,7 +54,24 @@ type Attr struct {
 	// LookupHost resolves host names for InsertSvc/InsertSym. Nil uses
 	// the system resolver.
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Owner, when set, is recorded as a new named AV's owner: who may
+	// change it through the agent besides admins (see Owner). Nil: the
+	// calling process's effective uid and no group. Opening an existing AV
+	// ignores it.
+	Owner *Owner
 }
+
+// Owner is who may change a named AV through the agent (besides its
+// admins): the uid that created it, and the members of Group unless it is
+// NoGroup. The agent enforces it; in-process users with write access to the
+// maps are not bound by it.
+type Owner struct {
+	UID   uint32
+	Group uint32
+}
+
+// NoGroup is Owner.Group when no group may change the AV.
+const NoGroup = bpf.NoGroup
 
 // Limits.
 const (

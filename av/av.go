@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/procid"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -149,7 +150,12 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 		Count: uint32(min(a.attr.Count, 1<<31)), Generation: 1,
 	}
 	if !a.shared {
-		m.OwnerPid = uint32(os.Getpid())
+		self := procid.Self()
+		m.OwnerPid, m.OwnerStart = self.PID, self.Start
+	}
+	m.OwnerUid, m.GroupGid = uint32(os.Geteuid()), NoGroup
+	if o := attr.Owner; o != nil {
+		m.OwnerUid, m.GroupGid = o.UID, o.Group
 	}
 	copy(m.Name[:], a.attr.Name)
 	if err := a.dp.AVMeta.Put(id, &m); err != nil {
@@ -333,6 +339,23 @@ func Destroy(dp *loader.Objects, name string) error {
 	return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
 }
 
+// OwnerOf returns the owner recorded for the named AV in dp.
+func OwnerOf(dp *loader.Objects, name string) (Owner, error) {
+	if dp == nil || dp.AVMeta == nil {
+		return Owner{}, fmt.Errorf("av owner: no loader objects: %w", fi.EINVAL)
+	}
+	metas, err := (&AV{dp: dp}).readMetas()
+	if err != nil {
+		return Owner{}, fmt.Errorf("av owner %q: %w", name, err)
+	}
+	for _, m := range metas {
+		if m.InUse != 0 && name != "" && m.NameString() == name {
+			return Owner{UID: m.OwnerUid, Group: m.GroupGid}, nil
+		}
+	}
+	return Owner{}, fmt.Errorf("av owner %q: no such AV: %w", name, fi.ENOENT)
+}
+
 // Exists reports whether dp holds a named AV called name.
 func Exists(dp *loader.Objects, name string) bool {
 	if checkDataplane("", dp) != nil || name == "" {
@@ -350,10 +373,11 @@ func Exists(dp *loader.Objects, name string) bool {
 	return false
 }
 
-// DestroyOrphan removes the anonymous AV id if process pid still owns it:
-// the agent's clean-up after processes that died without closing their
-// AVs. It fails with ENOENT when the slot holds anything else by now.
-func DestroyOrphan(dp *loader.Objects, id, pid uint32) error {
+// DestroyOrphan removes the anonymous AV id if the process pid, started at
+// start (see Attr.OwnerStart of package ep), still owns it: the agent's
+// clean-up after processes that died without closing their AVs. It fails
+// with ENOENT when the slot holds anything else by now.
+func DestroyOrphan(dp *loader.Objects, id, pid uint32, start uint64) error {
 	if err := checkDataplane(fmt.Sprintf("av destroy %d", id), dp); err != nil {
 		return err
 	}
@@ -363,7 +387,7 @@ func DestroyOrphan(dp *loader.Objects, id, pid uint32) error {
 	if err := dp.AVMeta.Lookup(id, &m); err != nil {
 		return fmt.Errorf("av destroy %d: %w", id, err)
 	}
-	if m.InUse == 0 || m.OwnerPid != pid || m.NameString() != "" {
+	if m.InUse == 0 || m.OwnerPid != pid || m.OwnerStart != start || m.NameString() != "" {
 		return fmt.Errorf("av destroy %d: not an anonymous AV of pid %d: %w", id, pid, fi.ENOENT)
 	}
 	a := &AV{dp: dp, id: id, byAddr: map[bpf.Addr]uint32{}, closed: true}
@@ -398,7 +422,7 @@ func (a *AV) destroyLocked() error {
 	if err := batchDelete(a.dp.AuthKey, kk); err != nil {
 		return err
 	}
-	a.dp.ReleaseAVEntries(len(fk))
+	a.dp.ReturnAVEntries(len(fk)) // a whole AV: back to the node at once, not into this process's reserve
 	a.entries, a.byAddr, a.free, a.keys = nil, map[bpf.Addr]uint32{}, nil, nil
 	return a.dp.AVMeta.Put(a.id, &bpf.AVMeta{})
 }

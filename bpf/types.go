@@ -29,7 +29,14 @@ type (
 	EPKey = kernEpKey
 	// EPVal is struct ep_val, the endpoint table's value.
 	EPVal = kernEpVal
+	// ProcID is struct proc_id: a process by pid and start time.
+	ProcID = kernProcId
+	// PoolVal is struct pool_val: AV capacity a process holds in reserve.
+	PoolVal = kernPoolVal
 )
+
+// NoGroup in AVMeta.GroupGid: no group may change the AV.
+const NoGroup = ^uint32(0)
 
 // Specs and Objects are bpf2go's typed views of the object, before and
 // after loading: a field per map and program, tagged with its name. The
@@ -102,6 +109,7 @@ const (
 	MapEP      = kernMapXdpfabEp
 	MapXSKs    = kernMapXdpfabXsks
 	MapStats   = kernMapXdpfabStats
+	MapAVPool  = kernMapXdpfabAvpool
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.

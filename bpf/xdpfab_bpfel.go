@@ -38,6 +38,9 @@ type kernAvMeta struct {
 	Count      uint32
 	OwnerPid   uint32
 	Name       [48]uint8
+	OwnerStart uint64
+	OwnerUid   uint32
+	GroupGid   uint32
 }
 
 type kernAvVal struct {
@@ -69,16 +72,19 @@ type kernEpKey struct {
 }
 
 type kernEpVal struct {
-	_       structs.HostLayout
-	EpId    uint32
-	AvId    uint32
-	XskBase uint32
-	RxCtxs  uint16
-	Queues  uint16
-	Policy  kernPolicy
-	Flags   uint8
-	Pad     uint16
-	AuthKey uint32
+	_          structs.HostLayout
+	EpId       uint32
+	AvId       uint32
+	XskBase    uint32
+	RxCtxs     uint16
+	Queues     uint16
+	Policy     kernPolicy
+	Flags      uint8
+	Pad        uint16
+	AuthKey    uint32
+	OwnerPid   uint32
+	Pad2       uint32
+	OwnerStart uint64
 }
 
 type kernPolicy uint8
@@ -88,6 +94,19 @@ const (
 	kernPolicyUNKNOWN_SOURCE_ERR kernPolicy = 1
 	kernPolicyUNKNOWN_DROP       kernPolicy = 2
 )
+
+type kernPoolVal struct {
+	_       structs.HostLayout
+	Entries uint32
+	Pad     uint32
+}
+
+type kernProcId struct {
+	_     structs.HostLayout
+	Pid   uint32
+	Pad   uint32
+	Start uint64
+}
 
 type kernRevKey struct {
 	_     structs.HostLayout
@@ -121,6 +140,7 @@ const (
 	kernMapXdpfabAuthkey = "xdpfab_authkey"
 	kernMapXdpfabAv      = "xdpfab_av"
 	kernMapXdpfabAvmeta  = "xdpfab_avmeta"
+	kernMapXdpfabAvpool  = "xdpfab_avpool"
 	kernMapXdpfabAvrev   = "xdpfab_avrev"
 	kernMapXdpfabEp      = "xdpfab_ep"
 	kernMapXdpfabStats   = "xdpfab_stats"
@@ -180,6 +200,7 @@ type kernMapSpecs struct {
 	XdpfabAuthkey *ebpf.MapSpec `ebpf:"xdpfab_authkey"`
 	XdpfabAv      *ebpf.MapSpec `ebpf:"xdpfab_av"`
 	XdpfabAvmeta  *ebpf.MapSpec `ebpf:"xdpfab_avmeta"`
+	XdpfabAvpool  *ebpf.MapSpec `ebpf:"xdpfab_avpool"`
 	XdpfabAvrev   *ebpf.MapSpec `ebpf:"xdpfab_avrev"`
 	XdpfabEp      *ebpf.MapSpec `ebpf:"xdpfab_ep"`
 	XdpfabStats   *ebpf.MapSpec `ebpf:"xdpfab_stats"`
@@ -215,6 +236,7 @@ type kernMaps struct {
 	XdpfabAuthkey *ebpf.Map `ebpf:"xdpfab_authkey"`
 	XdpfabAv      *ebpf.Map `ebpf:"xdpfab_av"`
 	XdpfabAvmeta  *ebpf.Map `ebpf:"xdpfab_avmeta"`
+	XdpfabAvpool  *ebpf.Map `ebpf:"xdpfab_avpool"`
 	XdpfabAvrev   *ebpf.Map `ebpf:"xdpfab_avrev"`
 	XdpfabEp      *ebpf.Map `ebpf:"xdpfab_ep"`
 	XdpfabStats   *ebpf.Map `ebpf:"xdpfab_stats"`
@@ -226,6 +248,7 @@ func (m *kernMaps) Close() error {
 		m.XdpfabAuthkey,
 		m.XdpfabAv,
 		m.XdpfabAvmeta,
+		m.XdpfabAvpool,
 		m.XdpfabAvrev,
 		m.XdpfabEp,
 		m.XdpfabStats,

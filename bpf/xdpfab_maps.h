@@ -48,6 +48,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_authkey SEC(".maps");
 
+/* Reserved AV capacity by process. Only user space uses it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct proc_id);
+	__type(value, struct pool_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xdpfab_avpool SEC(".maps");
+
 /* Local endpoints by (address, port). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

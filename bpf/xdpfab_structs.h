@@ -52,6 +52,12 @@ struct ep_val {
 	__u8 flags;
 	__u16 pad;
 	__u32 auth_key; /* only sources bound to this key value are known; 0 = any */
+	/* The process that registered the endpoint (pid and start time, see
+	 * internal/procid): the agent removes entries whose process is gone.
+	 * XDP never reads these. */
+	__u32 owner_pid;
+	__u32 pad2;
+	__u64 owner_start;
 };
 
 /* Reverse AV table key: (AV, index). */
@@ -81,8 +87,24 @@ struct av_meta {
 	__u32 addr_format;
 	__u32 rx_ctx_bits;
 	__u32 count;      /* count hint at open; slot 0: AV entries reserved, all AVs */
-	__u32 owner_pid;  /* anonymous AVs: the process that opened it */
+	__u32 owner_pid;  /* anonymous AVs: the process that opened it ... */
 	__u8 name[48];    /* NUL-terminated; "" = anonymous */
+	__u64 owner_start; /* ... and its start time (internal/procid) */
+	__u32 owner_uid;  /* who may change it (besides admins): the creator ... */
+	__u32 group_gid;  /* ... and members of this group (0xffffffff: none) */
+};
+
+/* A process's reserve of AV capacity (taken from av_meta slot 0's count
+ * in chunks), so that what a dead process held can be given back. */
+struct proc_id {
+	__u32 pid;
+	__u32 pad;
+	__u64 start;
+};
+
+struct pool_val {
+	__u32 entries;
+	__u32 pad;
 };
 
 /* Auth key table (key: rev_key with index = handle). */
@@ -127,7 +149,7 @@ struct wire_hdr {
  * TestWireLayoutMatchesC checks the Go side against these lines. */
 #define XDPFAB_AT(s, f, off) _Static_assert(__builtin_offsetof(struct s, f) == (off), #s "." #f)
 /* The policy enum is packed to the byte the field always had. */
-_Static_assert(sizeof(struct ep_val) == 24, "ep_val size");
+_Static_assert(sizeof(struct ep_val) == 40, "ep_val size");
 XDPFAB_AT(ep_val, policy, 16);
 _Static_assert(sizeof(struct rx_meta) == 32, "rx_meta size");
 XDPFAB_AT(rx_meta, fi_addr, 0);

@@ -110,6 +110,9 @@ type AVCreateArgs struct {
 	Count  int    `json:"count,omitempty"`
 	// RxCtxBits as in fi_av_attr.
 	RxCtxBits int `json:"rx_ctx_bits,omitempty"`
+	// Group (name or number) whose members may change the AV besides its
+	// creator; the creator must be a member. Empty: none.
+	Group string `json:"group,omitempty"`
 }
 
 // AVInsertArgs inserts addresses ("198.18.0.1:5000", "[2001:2::1]:5000" or

@@ -70,6 +70,13 @@ type Attr struct {
 	BindMode dataplane.BindMode
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// OwnerPID and OwnerStart name the process the endpoint belongs to
+	// (pid and start time, as field 22 of /proc/PID/stat), recorded in the
+	// endpoint table so that the agent removes the entry once that process
+	// is gone. Zero: the calling process. The agent sets them to its
+	// client's for endpoints it prepares.
+	OwnerPID   int
+	OwnerStart uint64
 }
 
 // Upper bounds of Attr's sizes, checked before anything is allocated.
@@ -115,6 +122,8 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: FI_SOURCE_ERR requires FI_SOURCE: %w", fi.EINVAL)
 	case a.Caps&fi.SourceErr != 0 && a.DropUnknown:
 		return fmt.Errorf("ep open: FI_SOURCE_ERR and DropUnknown conflict: %w", fi.EINVAL)
+	case a.OwnerPID < 0 || a.OwnerPID > 1<<22:
+		return fmt.Errorf("ep open: owner pid %d: %w", a.OwnerPID, fi.EINVAL)
 	case a.RxContexts < 0 || a.RxContexts > 256:
 		return fmt.Errorf("ep open: %d receive contexts (1..256): %w", a.RxContexts, fi.EINVAL)
 	case a.Queues < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:

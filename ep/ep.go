@@ -16,6 +16,7 @@ import (
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/procid"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 )
@@ -346,8 +347,12 @@ func (e *Endpoint) register() error {
 	case e.attr.DropUnknown:
 		policy = bpf.PolicyDrop
 	}
+	owner := procid.Self()
+	if e.attr.OwnerPID != 0 {
+		owner = procid.ID{PID: uint32(e.attr.OwnerPID), Start: e.attr.OwnerStart}
+	}
 	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues),
-		Policy: policy, AuthKey: e.authKey}
+		Policy: policy, AuthKey: e.authKey, OwnerPid: owner.PID, OwnerStart: owner.Start}
 	if err := e.dp.EP.Update(e.key, val, ebpf.UpdateNoExist); err != nil {
 		e.clearSlots(base, n)
 		if errors.Is(err, ebpf.ErrKeyExist) {
@@ -441,6 +446,9 @@ func (e *Endpoint) Close() error {
 	if e.registered {
 		errs = append(errs, e.deregister())
 	}
+	if e.claim != nil {
+		e.claim.Close() // the address is free once XDP no longer redirects it
+	}
 	if e.release != nil {
 		errs = append(errs, e.release())
 	}
@@ -473,9 +481,6 @@ func (e *Endpoint) Close() error {
 		e.av.ReleaseAuthKey(e.attr.AuthKey)
 	}
 	e.av.UnbindEndpoint()
-	if e.claim != nil {
-		e.claim.Close()
-	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ep close: %w", err)
 	}

@@ -118,13 +118,13 @@ func (p *Prepared) Close() error {
 		e := p.e
 		e.closed.Store(true)
 		p.err = e.deregister()
+		e.claim.Close() // the address is free once XDP no longer redirects it
 		e.closeSockets()
 		p.err = errors.Join(p.err, releaseDevice(e.dev))
 		if e.attr.AuthKey != 0 {
 			e.av.ReleaseAuthKey(e.attr.AuthKey)
 		}
 		e.av.UnbindEndpoint()
-		e.claim.Close()
 	})
 	return p.err
 }

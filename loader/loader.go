@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/procid"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,12 +52,16 @@ type Objects struct {
 	Program *ebpf.Program
 	// The maps of bpf/xdpfab_maps.h.
 	AV, AVRev, AVMeta, AuthKey, EP, XSKs, Stats *ebpf.Map
+	// AVPool records the AV capacity each process holds in reserve
+	// (capacity.go); only writers open it.
+	AVPool *ebpf.Map
 
 	cfg     Config
 	pinned  bool
 	mu      sync.Mutex // serialises users of lockDir within the process
 	lockDir *os.File   // the pin root, flock'ed for cross-process changes
 	pool    int        // AV entries reserved by this process, unused (capacity.go)
+	self    procid.ID  // this process, for its xdpfab_avpool record
 }
 
 // loaded is the guard of the methods with an error result: a nil
@@ -112,7 +117,7 @@ func Load(cfg Config) (*Objects, error) {
 	// The maps are pinned by name in C (xdpfab_maps.h): under the pin
 	// root's maps/ directory, where a map already pinned is re-opened, or
 	// refused when its definition differs. Without a pin root nothing is.
-	d := &Objects{cfg: cfg}
+	d := &Objects{cfg: cfg, self: procid.Self()}
 	var opts ebpf.CollectionOptions
 	if cfg.PinRoot != "" {
 		if err := ensureBPFFS(cfg.PinRoot); err != nil {
@@ -140,7 +145,7 @@ func Load(cfg Config) (*Objects, error) {
 	}
 	d.Program = objs.XdpfabRx
 	d.AV, d.AVRev, d.AVMeta, d.AuthKey = objs.XdpfabAv, objs.XdpfabAvrev, objs.XdpfabAvmeta, objs.XdpfabAuthkey
-	d.EP, d.XSKs, d.Stats = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats
+	d.EP, d.XSKs, d.Stats, d.AVPool = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats, objs.XdpfabAvpool
 	return d, nil
 }
 
@@ -173,7 +178,7 @@ func (d *Objects) Close() error {
 		unlock()
 	}
 	var errs []error
-	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats} {
+	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -197,7 +202,10 @@ func (d *Objects) Unpin() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats} {
+	for _, m := range []*ebpf.Map{d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool} {
+		if m == nil {
+			continue
+		}
 		errs = append(errs, m.Unpin())
 	}
 	_ = os.Remove(filepath.Join(d.cfg.PinRoot, "maps"))

@@ -215,14 +215,16 @@ func funcs() map[string]any {
 		"av.Destroy":       av.Destroy,
 		"av.Exists":        av.Exists,
 		"av.DestroyOrphan": av.DestroyOrphan,
+		"av.OwnerOf":       av.OwnerOf,
 		"av.NewEventQueue": av.NewEventQueue,
 
 		"cq.Open":        cq.Open,
 		"cq.OpenWaitSet": cq.OpenWaitSet,
 
-		"ep.Open":    ep.Open,
-		"ep.Prepare": ep.Prepare,
-		"ep.Adopt":   ep.Adopt,
+		"ep.Open":        ep.Open,
+		"ep.Prepare":     ep.Prepare,
+		"ep.Adopt":       ep.Adopt,
+		"ep.ReclaimDead": ep.ReclaimDead,
 
 		"loader.ParseMode":      loader.ParseMode,
 		"loader.IsBPFFS":        loader.IsBPFFS,
@@ -422,7 +424,7 @@ func TestZeroPointees(t *testing.T) {
 	calls := map[string]func() error{
 		"av.Open":          func() error { _, err := av.Open(zeroDP(), &av.Attr{}); return err },
 		"av.Destroy":       func() error { return av.Destroy(zeroDP(), "x") },
-		"av.DestroyOrphan": func() error { return av.DestroyOrphan(zeroDP(), 1, 1) },
+		"av.DestroyOrphan": func() error { return av.DestroyOrphan(zeroDP(), 1, 1, 0) },
 		"ep.Open":          func() error { _, err := ep.Open(zeroDP(), ep.Attr{}); return err },
 		"ep.Prepare":       func() error { _, err := ep.Prepare(zeroDP(), ep.Attr{}); return err },
 		"ep.Adopt": func() error {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -42,12 +43,16 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 	detach := fs.Bool("detach-on-exit", false, "remove the XDP program when the agent exits")
 	avEntries := fs.Uint("av-entries", 0, "capacity of the AV maps (0: default 262144; must match pinned maps)")
 	adminGroup := fs.String("admin-group", "", "group (name or number) whose members may detach and change every AV, besides root")
+	gcEvery := fs.Duration("gc-interval", 5*time.Second, "how often to reclaim what dead processes left in the maps (endpoints, AVs, reserved capacity)")
 	ports := fs.String("ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if len(ifaces) == 0 {
 		return usagef("--iface is required")
+	}
+	if *gcEvery <= 0 {
+		return usagef("--gc-interval %v: want a positive duration", *gcEvery)
 	}
 	portRange, err := agent.ParsePortRange(*ports)
 	if err != nil {
@@ -76,8 +81,8 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 	a, err := agent.New(agent.Config{
 		Ifaces: ifaces, Mode: m, PinRoot: *pinRoot, Socket: *socket, SocketGroup: *group,
 		MetricsAddr: *metrics, DetachOnExit: *detach, Logger: log, AdminGroup: *adminGroup,
-		Limits: agent.Limits{Ports: portRange},
-		Sizes:  loader.Config{AVEntries: uint32(*avEntries)},
+		Limits: agent.Limits{Ports: portRange}, GCInterval: *gcEvery,
+		Sizes: loader.Config{AVEntries: uint32(*avEntries)},
 	})
 	if err != nil {
 		return err

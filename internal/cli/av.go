@@ -64,13 +64,14 @@ func noArgs(args []string) error {
 func avCreate(fs *flag.FlagSet, name *string) agentRun {
 	typ := fs.String("type", "table", "AV type: table or map")
 	userID := fs.Bool("user-id", false, "completions report user IDs (FI_AV_USER_ID); set them with av set-user-id")
+	group := fs.String("group", "", "group (name or number) whose members may change the AV besides you; you must be in it")
 	count := fs.Int("count", 0, "expected number of addresses (a hint)")
 	return func(_ context.Context, e *env, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
 		}
 		return e.call(func(c *client.Client) error {
-			info, err := c.AVCreate(ctl.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count})
+			info, err := c.AVCreate(ctl.AVCreateArgs{Name: *name, Type: *typ, UserID: *userID, Count: *count, Group: *group})
 			if err != nil {
 				return err
 			}
