@@ -70,6 +70,36 @@ func (a *Agent) ownedBy(uid uint32) int {
 	return n
 }
 
+// checkEntryQuota refuses an insert of up to n addresses into the named AV
+// when the entries of all the AVs its owner owns would exceed the owner's
+// quota (Limits.EntriesPerUID; root's AVs are not counted). Entries count
+// against the AV's owner whoever inserts them, as a file's blocks count
+// against its owner.
+func (a *Agent) checkEntryQuota(what, name string, n int) error {
+	o, err := av.OwnerOf(a.dp, name)
+	if err != nil || o.UID == 0 {
+		return nil // the insert itself reports a missing AV
+	}
+	used := 0
+	for id := uint32(1); id < a.dp.AVMeta.MaxEntries(); id++ {
+		var m bpf.AVMeta
+		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerUid != o.UID || m.NameString() == "" {
+			continue
+		}
+		v, err := a.namedAV(m.NameString())
+		if err != nil {
+			continue
+		}
+		k, _ := v.Len()
+		used += k
+	}
+	if l := a.cfg.Limits.EntriesPerUID; used+n > l {
+		return fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",
+			what, name, o.UID, used, n, l, fi.EDQUOT)
+	}
+	return nil
+}
+
 // avGroup resolves an AV's group for its creator: a group the creator is
 // in (admins may name any).
 func (a *Agent) avGroup(who caller, group string) (uint32, error) {
@@ -155,6 +185,9 @@ func (a *Agent) avInsert(args ctl.AVInsertArgs) (ctl.InsertResult, error) {
 	if args.UserIDs != nil && len(args.UserIDs) != len(args.Addrs) {
 		return ctl.InsertResult{}, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(args.UserIDs), len(args.Addrs), fi.EINVAL)
 	}
+	if err := a.checkEntryQuota("av insert", args.Name, len(args.Addrs)); err != nil {
+		return ctl.InsertResult{}, err
+	}
 	addrs := make([]string, len(args.Addrs))
 	for i, s := range args.Addrs {
 		addrs[i] = toAddrStr(s)
@@ -203,6 +236,9 @@ func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs) (ctl.InsertResult, error) 
 	if nodes > maxPerCall || svcs > maxPerCall || nodes*svcs > maxPerCall {
 		return ctl.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
 			nodes, svcs, maxPerCall, fi.EINVAL)
+	}
+	if err := a.checkEntryQuota("av insertsym", args.Name, nodes*svcs); err != nil {
+		return ctl.InsertResult{}, err
 	}
 	r := ctl.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
 	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SyncErr, r.Errnos)

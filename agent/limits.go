@@ -24,8 +24,9 @@ type Limits struct {
 	UMEMBytesPerUID int64
 	// Frames, RingSize and RxContexts bound one endpoint's request.
 	Frames, RingSize, RxContexts int
-	// AVsPerUID bounds the named AVs one uid owns.
-	AVsPerUID int
+	// AVsPerUID bounds the named AVs one uid owns, EntriesPerUID the
+	// entries in them together.
+	AVsPerUID, EntriesPerUID int
 	// AVCount bounds an AV's count hint (fi_av_attr count).
 	AVCount int
 	// Ports is the range of UDP ports applications may claim for
@@ -45,6 +46,7 @@ var DefaultLimits = Limits{
 	RingSize:        1 << 13,
 	RxContexts:      64,
 	AVsPerUID:       64,
+	EntriesPerUID:   1 << 16,
 	AVCount:         1 << 20,
 	Ports:           PortRange{Min: 1024, Max: 65535},
 }
@@ -63,6 +65,7 @@ func (l *Limits) defaults() {
 	set(&l.RingSize, d.RingSize)
 	set(&l.RxContexts, d.RxContexts)
 	set(&l.AVsPerUID, d.AVsPerUID)
+	set(&l.EntriesPerUID, d.EntriesPerUID)
 	set(&l.AVCount, d.AVCount)
 	if l.UMEMBytesPerUID == 0 {
 		l.UMEMBytesPerUID = d.UMEMBytesPerUID
@@ -77,7 +80,7 @@ func (l *Limits) validate() error {
 	for name, v := range map[string]int64{"conns": int64(l.Conns), "conns per uid": int64(l.ConnsPerUID),
 		"endpoints per uid": int64(l.EndpointsPerUID), "UMEM bytes per uid": l.UMEMBytesPerUID,
 		"frames": int64(l.Frames), "ring size": int64(l.RingSize), "receive contexts": int64(l.RxContexts),
-		"AVs per uid": int64(l.AVsPerUID), "AV count": int64(l.AVCount)} {
+		"AVs per uid": int64(l.AVsPerUID), "entries per uid": int64(l.EntriesPerUID), "AV count": int64(l.AVCount)} {
 		if v < 0 {
 			return fmt.Errorf("agent: limit %s is negative (%d): %w", name, v, fi.EINVAL)
 		}

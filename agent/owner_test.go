@@ -48,11 +48,13 @@ func TestAVOwnership(t *testing.T) {
 	}
 }
 
-// The AV quota counts the AVs a uid owns.
+// The AV quota counts the AVs a uid owns, the entry quota the entries in
+// them, whoever inserts.
 func TestAVQuota(t *testing.T) {
 	_, _, sock := inProcessAgent(t, func(c *agent.Config) {
 		c.SocketGroup = "65534"
 		c.Limits.AVsPerUID = 2
+		c.Limits.EntriesPerUID = 3
 	})
 	c := mustDialAs(t, sock, 4545, nobody)
 	for _, name := range []string{"q1", "q2"} {
@@ -67,5 +69,14 @@ func TestAVQuota(t *testing.T) {
 	}
 	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "q3"}); err != nil {
 		t.Errorf("after destroying one: %v", err)
+	}
+	r, err := c.AVInsert(ctl.AVInsertArgs{Name: "q2", Addrs: []string{"198.18.7.1:1", "198.18.7.2:1"}})
+	if err != nil || r.Inserted != 2 {
+		t.Fatalf("two entries: %+v %v", r, err)
+	}
+	_, err = c.AVInsert(ctl.AVInsertArgs{Name: "q3", Addrs: []string{"198.18.7.3:1", "198.18.7.4:1"}})
+	wantErrno(t, "entries beyond the quota, in another AV of the owner", err, fi.EDQUOT)
+	if _, err := c.AVInsert(ctl.AVInsertArgs{Name: "q3", Addrs: []string{"198.18.7.3:1"}}); err != nil {
+		t.Errorf("the last entry of the quota: %v", err)
 	}
 }
