@@ -232,7 +232,7 @@ func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs) (ctl.InsertResult, error) 
 	if args.NodeCnt < 0 || args.SvcCnt < 0 {
 		return ctl.InsertResult{}, fmt.Errorf("av insertsym: node count %d, service count %d: %w", args.NodeCnt, args.SvcCnt, fi.EINVAL)
 	}
-	nodes, svcs := max(args.NodeCnt, 1), max(args.SvcCnt, 1)
+	nodes, svcs := args.NodeCnt, args.SvcCnt // 0 inserts nothing, as fi_av_insertsym
 	if nodes > maxPerCall || svcs > maxPerCall || nodes*svcs > maxPerCall {
 		return ctl.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
 			nodes, svcs, maxPerCall, fi.EINVAL)

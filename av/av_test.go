@@ -367,10 +367,10 @@ func TestEventMode(t *testing.T) {
 	if err := eq.Close(); err != nil {
 		t.Errorf("close eq after av: %v", err)
 	}
-	// SYNC_ERR is for synchronous AVs only.
+	// SYNC_ERR is for synchronous AVs only: FI_EBADFLAGS, libfabric's code.
 	b := openAV(t, dp, av.Attr{Flags: fi.Event})
 	b.Bind(av.NewEventQueue(), 0)
-	unchanged(t, dp, b, fi.EINVAL, func() error {
+	unchanged(t, dp, b, fi.EBADFLAGS, func() error {
 		_, err := b.Insert(peers(0, 1), nil, fi.SyncErr, make([]fi.Errno, 1))
 		return err
 	})
@@ -543,19 +543,39 @@ func TestInsertSym(t *testing.T) {
 		t.Fatal(n, err)
 	}
 	wantXDP(t, dp, a, netip.MustParseAddrPort("198.18.8.8:7000"), out[0])
-	// A host that does not resolve fails its own elements only.
-	out = notAvail(2)
+	// A host that does not resolve fails the whole call, as libfabric's
+	// util AV does (its call returns the resolver's error): nothing is
+	// inserted and fi_addr is left as it was.
+	out = []fi.Addr{7, 7}
 	hosts["host12"] = "198.18.7.12"
-	n, err := a.InsertSym("host12", 2, "5000", 1, out, 0, nil)
-	if n != 1 || !errors.Is(err, fi.EADDRNOTAVAIL) || out[1] != fi.AddrNotAvail {
-		t.Errorf("partly unresolvable: %d %v %v", n, out, err)
+	unchanged(t, dp, a, fi.ENOENT, func() error {
+		_, err := a.InsertSym("host12", 2, "5000", 1, out, 0, nil)
+		return err
+	})
+	if out[0] != 7 || out[1] != 7 {
+		t.Errorf("unresolvable: fi_addr written %v", out)
+	}
+	// A node or service count of 0 inserts nothing and returns 0, like an
+	// insert of count 0.
+	for _, c := range [][2]int{{0, 1}, {1, 0}, {0, 0}} {
+		if n, err := a.InsertSym("10.1.1.1", c[0], "5000", c[1], nil, 0, nil); n != 0 || err != nil {
+			t.Errorf("insertsym counts %v: %d %v", c, n, err)
+		}
+	}
+	// Service "0": port 0 is not a valid destination; the element fails
+	// with FI_ADDR_NOTAVAIL and the call returns 0 (the util AV alike).
+	out = notAvail(1)
+	out[0] = 9
+	n, err := a.InsertSvc("10.1.1.1", "0", out, fi.SyncErr, make([]fi.Errno, 1))
+	if n != 0 || !errors.Is(err, fi.EADDRNOTAVAIL) || out[0] != fi.AddrNotAvail {
+		t.Errorf("service 0: %d %v %v", n, out, err)
 	}
 	for _, tc := range []struct {
 		node, svc       string
 		nodeCnt, svcCnt int
 	}{
-		{"10.1.1.1", "5000", 0, 1}, {"10.1.1.1", "5000", 1, 0}, {"", "5000", 1, 1},
-		{"10.1.1.1", "", 1, 1}, {"10.1.1.1", "0", 1, 1}, {"10.1.1.1", "65535", 1, 2},
+		{"10.1.1.1", "5000", -1, 1}, {"10.1.1.1", "5000", 1, -1}, {"", "5000", 1, 1},
+		{"10.1.1.1", "", 1, 1}, {"10.1.1.1", "65535", 1, 2},
 		{"10.1.1.1", "not-a-service", 1, 1}, {"hostname", "5000", 2, 1},
 		{"255.255.255.255", "5000", 2, 1},
 	} {

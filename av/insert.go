@@ -51,6 +51,11 @@ func (a *AV) InsertRaw(addrs [][]byte, fiAddr []fi.Addr, flags fi.Flags, ctx any
 	srcs := make([]source, len(addrs))
 	for i, raw := range addrs {
 		srcs[i].ap, srcs[i].err = fi.DecodeSockaddr(raw)
+		// A sockaddr_in whose sin_zero is not zero is not a valid
+		// destination to any libfabric provider: the element fails.
+		if srcs[i].err == nil && srcs[i].ap.Addr().Is4() && len(raw) >= fi.SockaddrInLen && !allZero(raw[8:16]) {
+			srcs[i].err = fmt.Errorf("sockaddr_in with a non-zero sin_zero: %w", fi.EADDRNOTAVAIL)
+		}
 	}
 	return a.insert("av insert", srcs, fiAddr, flags, ctx)
 }
@@ -137,7 +142,7 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 	var status []fi.Errno
 	if flags&fi.SyncErr != 0 {
 		if a.attr.Flags&fi.Event != 0 {
-			return nil, fmt.Errorf("FI_SYNC_ERR on an FI_EVENT (asynchronous) AV: %w", fi.EINVAL)
+			return nil, fmt.Errorf("FI_SYNC_ERR on an FI_EVENT (asynchronous) AV: %w", fi.EBADFLAGS)
 		}
 		s, ok := ctx.([]fi.Errno)
 		if !ok || len(s) < len(srcs) {
@@ -275,4 +280,13 @@ func (e *InsertError) Unwrap() error {
 		return nil
 	}
 	return e.Errno
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

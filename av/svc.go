@@ -2,6 +2,7 @@ package av
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -42,8 +43,11 @@ func (a *AV) InsertSym(node string, nodeCnt int, service string, svcCnt int, fiA
 }
 
 func (a *AV) insertSym(op, node string, nodeCnt int, service string, svcCnt int, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
-	if nodeCnt <= 0 || svcCnt <= 0 || nodeCnt*svcCnt/svcCnt != nodeCnt || nodeCnt*svcCnt > 1<<24 {
+	if nodeCnt < 0 || svcCnt < 0 || nodeCnt > 1<<24 || svcCnt > 1<<24 || nodeCnt*svcCnt > 1<<24 {
 		return 0, fmt.Errorf("%s: nodecnt %d x svccnt %d: %w", op, nodeCnt, svcCnt, fi.EINVAL)
+	}
+	if nodeCnt == 0 || svcCnt == 0 {
+		return 0, nil // nothing to insert, as an insert of count 0 (libfabric's util AV alike)
 	}
 	if node == "" {
 		return 0, fmt.Errorf("%s: empty node: %w", op, fi.EINVAL)
@@ -80,7 +84,10 @@ type nodeAddr struct {
 // nodeRange expands node into count consecutive nodes. Numeric addresses
 // count up the address; names count up their numeric suffix, each resolved
 // separately (libfabric's reference resolves the first name every time: a
-// bug not copied). A name that does not resolve fails only its addresses.
+// bug not copied). A name that does not resolve fails the whole call before
+// anything is inserted, as libfabric's util AV does (it returns the
+// resolver's error): ENOENT for a name that does not exist, EAGAIN for a
+// temporary failure.
 func (a *AV) nodeRange(node string, count int) ([]nodeAddr, error) {
 	out := make([]nodeAddr, 0, count)
 	if ip, err := netip.ParseAddr(node); err == nil {
@@ -105,7 +112,10 @@ func (a *AV) nodeRange(node string, count int) ([]nodeAddr, error) {
 			name = base + fmt.Sprintf("%0*d", width, num+uint64(i))
 		}
 		ip, err := a.resolve(name)
-		out = append(out, nodeAddr{ip: ip, err: err})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, nodeAddr{ip: ip})
 	}
 	return out, nil
 }
@@ -132,14 +142,19 @@ func (a *AV) resolve(name string) (netip.Addr, error) {
 	}
 	ips, err := lookup(context.Background(), name)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("resolve %q: %v: %w", name, err, fi.EADDRNOTAVAIL)
+		code := fi.ENOENT
+		var dns *net.DNSError
+		if errors.As(err, &dns) && (dns.IsTemporary || dns.IsTimeout) {
+			code = fi.EAGAIN
+		}
+		return netip.Addr{}, fmt.Errorf("resolve %q: %v: %w", name, err, code)
 	}
 	for _, ip := range ips {
 		if a.attr.familyOK(netip.AddrPortFrom(ip, 1)) {
 			return ip.Unmap(), nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("resolve %q: no address of the AV's format %v: %w", name, a.attr.AddrFormat, fi.EADDRNOTAVAIL)
+	return netip.Addr{}, fmt.Errorf("resolve %q: no address of the AV's format %v: %w", name, a.attr.AddrFormat, fi.ENOENT)
 }
 
 func lookupPort(service string) (uint16, error) {
@@ -147,10 +162,7 @@ func lookupPort(service string) (uint16, error) {
 		return 0, fmt.Errorf("empty service: %w", fi.EINVAL)
 	}
 	if p, err := strconv.ParseUint(service, 10, 16); err == nil {
-		if p == 0 {
-			return 0, fmt.Errorf("service 0: %w", fi.EINVAL)
-		}
-		return uint16(p), nil
+		return uint16(p), nil // port 0 fails per element, as in libfabric's util AV
 	}
 	p, err := net.LookupPort("udp", service)
 	if err != nil || p <= 0 || p > 65535 {

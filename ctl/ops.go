@@ -125,7 +125,8 @@ type AVInsertArgs struct {
 	Flags   fi.Flags  `json:"flags,omitempty"`
 }
 
-// AVInsertSymArgs is fi_av_insertsym (NodeCnt = SvcCnt = 1: insertsvc).
+// AVInsertSymArgs is fi_av_insertsym (NodeCnt = SvcCnt = 1: insertsvc; a
+// count of 0, or one left out, inserts nothing, as in libfabric).
 type AVInsertSymArgs struct {
 	Name    string   `json:"name"`
 	Node    string   `json:"node"`
