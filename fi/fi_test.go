@@ -28,7 +28,7 @@ func TestConstants(t *testing.T) {
 		f    fi.Flags
 		want uint64
 	}{
-		{fi.Read, 1 << 8}, {fi.More, 1 << 18}, {fi.Event, 1 << 24}, {fi.AVUserID, 1 << 41},
+		{fi.Read, 1 << 8}, {fi.More, 1 << 18}, {fi.Event, 1 << 24}, {fi.AVUserID, 1 << 41}, {fi.Peer, 1 << 43}, {fi.Universe, 1 << 57},
 		{fi.SourceErr, 1 << 50}, {fi.Source, 1 << 57}, {fi.AuthKey, 1 << 57}, {fi.SyncErr, 1 << 58},
 		{fi.Symmetric, 1 << 59}, {fi.Msg, 1 << 1}, {fi.Tagged, 1 << 3}, {fi.Recv, 1 << 10}, {fi.Send, 1 << 11},
 		{fi.MultiRecv, 1 << 16}, {fi.RemoteCQData, 1 << 17},

@@ -43,6 +43,9 @@ const (
 	MatchComplete    Flags = 1 << 31
 
 	AVUserID Flags = 1 << 41
+	// Peer (FI_PEER) marks peer providers' objects (fi_peer(3)); xdpfab
+	// has none and refuses it where a call does not take it.
+	Peer Flags = 1 << 43
 
 	SourceErr    Flags = 1 << 50
 	LocalComm    Flags = 1 << 51
@@ -63,6 +66,9 @@ const (
 	AuthKey Flags = 1 << 57
 	// SyncErr asks fi_av_insert for a per-element status array.
 	SyncErr Flags = 1 << 58
+	// Universe (FI_UNIVERSE) names the AV set of every address in an AV
+	// (fi_av_set); the same bit as Source and AuthKey.
+	Universe Flags = 1 << 57
 	// Symmetric promises every process inserts addresses in the same order.
 	Symmetric Flags = 1 << 59
 )
@@ -86,7 +92,7 @@ var flagNames = []struct {
 	{Completion, "FI_COMPLETION"}, {Inject, "FI_INJECT"}, {InjectComplete, "FI_INJECT_COMPLETE"},
 	{TransmitComplete, "FI_TRANSMIT_COMPLETE"}, {DeliveryComplete, "FI_DELIVERY_COMPLETE"},
 	{Affinity, "FI_AFFINITY"}, {CommitComplete, "FI_COMMIT_COMPLETE"},
-	{MatchComplete, "FI_MATCH_COMPLETE"}, {AVUserID, "FI_AV_USER_ID"},
+	{MatchComplete, "FI_MATCH_COMPLETE"}, {AVUserID, "FI_AV_USER_ID"}, {Peer, "FI_PEER"},
 	{SourceErr, "FI_SOURCE_ERR"}, {LocalComm, "FI_LOCAL_COMM"}, {RemoteComm, "FI_REMOTE_COMM"},
 	{SharedAV, "FI_SHARED_AV"}, {NumericHost, "FI_NUMERICHOST"}, {RMAEvent, "FI_RMA_EVENT"},
 	{Source, "FI_SOURCE"}, {SyncErr, "FI_SYNC_ERR"}, {Symmetric, "FI_SYMMETRIC"},
