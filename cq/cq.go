@@ -2,6 +2,7 @@ package cq
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -83,10 +84,13 @@ type CQ struct {
 	ring []slot
 	mask uint64
 	size uint64
-	thr  uint64 // entries that satisfy a wait
-	attr Attr
-	w    *waiter  // WaitFD, WaitPollFD, WaitMutexCond
-	set  *WaitSet // WaitSetObj
+	thr  uint64 // entries that satisfy a wait (Attr.Threshold)
+	// callThr holds the thresholds of SReads that passed their own (cond
+	// of SReadCond) while they wait; producers wake readers at the lowest.
+	callThr thresholds
+	attr    Attr
+	w       *waiter  // WaitFD, WaitPollFD, WaitMutexCond
+	set     *WaitSet // WaitSetObj
 
 	errQueued atomic.Int64 // error entries in the ring
 	overrun   atomic.Bool
@@ -200,6 +204,7 @@ func Open(attr Attr) (*CQ, error) {
 	}
 
 	q := &CQ{ring: make([]slot, size), mask: size - 1, size: size, thr: thr, attr: a}
+	q.callThr.min.Store(math.MaxUint64)
 	switch a.WaitObj {
 	case WaitFD, WaitPollFD, WaitMutexCond:
 		w, err := newWaiter(a.WaitObj)
@@ -410,11 +415,52 @@ func (q *CQ) StrError(provErrno int, errData []byte) string {
 }
 
 // ready reports whether a blocked reader should wake: the wait condition
-// holds, an error entry is queued or the CQ is overrun.
+// holds for some waiter (the open-time threshold, or the lowest per-call
+// one), an error entry is queued or the CQ is overrun.
 func (q *CQ) ready() bool {
+	return q.readyAt(min(q.thr, q.callThr.min.Load()))
+}
+
+// readyAt is ready for a reader whose threshold is thr.
+func (q *CQ) readyAt(thr uint64) bool {
 	h := q.head.Load() // head first: then t-h cannot underflow
 	t := q.tail.Load()
-	return t-h >= q.thr || (t != h && q.errQueued.Load() > 0) || q.overrun.Load()
+	return t-h >= thr || (t != h && q.errQueued.Load() > 0) || q.overrun.Load()
+}
+
+// thresholds is the multiset of the per-call thresholds of waiting SReads,
+// with its minimum readable without the lock (math.MaxUint64 when empty).
+type thresholds struct {
+	mu     sync.Mutex
+	counts map[uint64]int
+	min    atomic.Uint64
+}
+
+func (t *thresholds) add(v uint64) {
+	t.mu.Lock()
+	if t.counts == nil {
+		t.counts = map[uint64]int{}
+	}
+	t.counts[v]++
+	t.update()
+	t.mu.Unlock()
+}
+
+func (t *thresholds) remove(v uint64) {
+	t.mu.Lock()
+	if t.counts[v]--; t.counts[v] <= 0 {
+		delete(t.counts, v)
+	}
+	t.update()
+	t.mu.Unlock()
+}
+
+func (t *thresholds) update() {
+	m := uint64(math.MaxUint64)
+	for v := range t.counts {
+		m = min(m, v)
+	}
+	t.min.Store(m)
 }
 
 // notify wakes whoever waits for this CQ, after producers publish.

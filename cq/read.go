@@ -268,8 +268,31 @@ const (
 
 // SReadFrom is SRead with sources, as in ReadFrom (fi_cq_sreadfrom).
 func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, error) {
+	return q.SReadFromCond(buf, src, 0, timeout)
+}
+
+// SReadCond is SRead with fi_cq_sread's cond argument: on a CQ opened with
+// CondThreshold, cond > 0 is this call's threshold (the number of queued
+// entries that ends the wait, at most the CQ's size) in place of
+// Attr.Threshold; cond 0 keeps Attr.Threshold. Under CondNone cond is
+// ignored, as in libfabric. A negative cond is fi.EINVAL.
+func (q *CQ) SReadCond(buf []Entry, cond int, timeout time.Duration) (int, error) {
+	return q.SReadFromCond(buf, nil, cond, timeout)
+}
+
+// SReadFromCond is SReadFrom with cond, as SReadCond.
+func (q *CQ) SReadFromCond(buf []Entry, src []fi.Addr, cond int, timeout time.Duration) (int, error) {
 	if q == nil || q.ring == nil {
 		return 0, q.usable("cq sread")
+	}
+	if cond < 0 {
+		return 0, fmt.Errorf("cq sread: cond %d: %w", cond, fi.EINVAL)
+	}
+	thr := q.thr
+	if q.attr.WaitCond == CondThreshold && cond > 0 && uint64(cond) != q.thr {
+		thr = min(uint64(cond), q.size)
+		q.callThr.add(thr)
+		defer q.callThr.remove(thr)
 	}
 	if src != nil && len(src) < len(buf) {
 		return 0, fmt.Errorf("cq sreadfrom: %d source slots for %d entries: %w", len(src), len(buf), fi.EINVAL)
@@ -286,9 +309,10 @@ func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, 
 		deadline = time.Now().Add(timeout)
 	}
 	backoff := progressBackoffMin
+	over := func() bool { return q.readyAt(thr) || q.signaled.Load() || q.closed.Load() }
 	for {
 		q.progress()
-		if q.ready() {
+		if q.readyAt(thr) {
 			n, code := q.take(buf, src)
 			if code != fi.EAGAIN {
 				return n, sreadErrs.of(code)
@@ -302,19 +326,14 @@ func (q *CQ) SReadFrom(buf []Entry, src []fi.Addr, timeout time.Duration) (int, 
 			n, code := q.take(buf, src)
 			return n, sreadErrs.of(code)
 		}
-		q.block(deadline, timeout < 0, &backoff)
+		q.block(over, deadline, timeout < 0, &backoff)
 	}
-}
-
-// waitOver reports whether a sleeping SRead should get up.
-func (q *CQ) waitOver() bool {
-	return q.ready() || q.signaled.Load() || q.closed.Load()
 }
 
 // block sleeps until something may have changed. With manual progress
 // nobody else produces, so the sleep is cut short to run the progress
 // functions again.
-func (q *CQ) block(deadline time.Time, forever bool, backoff *time.Duration) {
+func (q *CQ) block(over func() bool, deadline time.Time, forever bool, backoff *time.Duration) {
 	if q.attr.WaitObj == WaitYield {
 		runtime.Gosched()
 		return
@@ -326,5 +345,5 @@ func (q *CQ) block(deadline time.Time, forever bool, backoff *time.Duration) {
 			deadline, forever = limit, false
 		}
 	}
-	q.w.await(q.waitOver, deadline, forever)
+	q.w.await(over, deadline, forever)
 }
