@@ -9,27 +9,18 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// Type is the AV type (enum fi_av_type).
+// Type is the AV type (enum fi_av_type). String prints libfabric's names;
+// an unknown value prints as Type(7).
 type Type int
+
+//go:generate go tool stringer -type Type -linecomment -output type_string.go
 
 // AV types with libfabric's values. MAP behaves as TABLE: dense indices.
 const (
-	TypeUnspec Type = 0
-	TypeMap    Type = 1
-	TypeTable  Type = 2
+	TypeUnspec Type = 0 // FI_AV_UNSPEC
+	TypeMap    Type = 1 // FI_AV_MAP
+	TypeTable  Type = 2 // FI_AV_TABLE
 )
-
-func (t Type) String() string {
-	switch t {
-	case TypeUnspec:
-		return "FI_AV_UNSPEC"
-	case TypeMap:
-		return "FI_AV_MAP"
-	case TypeTable:
-		return "FI_AV_TABLE"
-	}
-	return fmt.Sprintf("av_type(%d)", int(t))
-}
 
 // Attr is struct fi_av_attr plus the domain's address format.
 type Attr struct {

@@ -12,28 +12,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BindMode chooses between copy and zero-copy AF_XDP.
+// BindMode chooses between copy and zero-copy AF_XDP. String prints auto,
+// copy or zero-copy; an unknown value prints as BindMode(7).
 type BindMode int
+
+//go:generate go tool stringer -type BindMode -linecomment -output bindmode_string.go
 
 const (
 	// BindAuto tries zero-copy and falls back to copy mode, logging why
 	// zero-copy was refused (veth, for one, has no zero-copy support).
-	BindAuto BindMode = iota
+	BindAuto BindMode = iota // auto
 	// BindCopy forces copy mode (XDP_COPY).
-	BindCopy
+	BindCopy // copy
 	// BindZeroCopy forces zero-copy mode (XDP_ZEROCOPY) and fails without it.
-	BindZeroCopy
+	BindZeroCopy // zero-copy
 )
-
-func (m BindMode) String() string {
-	switch m {
-	case BindCopy:
-		return "copy"
-	case BindZeroCopy:
-		return "zero-copy"
-	}
-	return "auto"
-}
 
 // rebindTimeout bounds the EBUSY retries of bind: after an AF_XDP socket
 // closes, the kernel releases its buffer pool from a work queue, and the

@@ -4,37 +4,28 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 )
 
-// AddrFormat is libfabric's address format (fi_info.addr_format).
+// AddrFormat is libfabric's address format (fi_info.addr_format). String
+// prints libfabric's names; an unknown value prints as AddrFormat(7).
 type AddrFormat uint32
+
+//go:generate go tool stringer -type AddrFormat -linecomment -output addrformat_string.go
 
 // Address formats xdpfab understands, with libfabric's values.
 const (
-	FormatUnspec      AddrFormat = 0 // FI_FORMAT_UNSPEC: sockaddr_in or sockaddr_in6
-	FormatSockaddr    AddrFormat = 1 // FI_SOCKADDR: either family
-	FormatSockaddrIn  AddrFormat = 2 // FI_SOCKADDR_IN: IPv4 only
-	FormatSockaddrIn6 AddrFormat = 3 // FI_SOCKADDR_IN6: IPv6 only
-	FormatStr         AddrFormat = 9 // FI_ADDR_STR: "fi_sockaddr_in://a.b.c.d:port"
+	// FormatUnspec: sockaddr_in or sockaddr_in6.
+	FormatUnspec AddrFormat = 0 // FI_FORMAT_UNSPEC
+	// FormatSockaddr: either family.
+	FormatSockaddr AddrFormat = 1 // FI_SOCKADDR
+	// FormatSockaddrIn: IPv4 only.
+	FormatSockaddrIn AddrFormat = 2 // FI_SOCKADDR_IN
+	// FormatSockaddrIn6: IPv6 only.
+	FormatSockaddrIn6 AddrFormat = 3 // FI_SOCKADDR_IN6
+	// FormatStr: "fi_sockaddr_in://a.b.c.d:port".
+	FormatStr AddrFormat = 9 // FI_ADDR_STR
 )
-
-func (f AddrFormat) String() string {
-	switch f {
-	case FormatUnspec:
-		return "FI_FORMAT_UNSPEC"
-	case FormatSockaddr:
-		return "FI_SOCKADDR"
-	case FormatSockaddrIn:
-		return "FI_SOCKADDR_IN"
-	case FormatSockaddrIn6:
-		return "FI_SOCKADDR_IN6"
-	case FormatStr:
-		return "FI_ADDR_STR"
-	}
-	return "format(" + strconv.Itoa(int(f)) + ")"
-}
 
 // Sizes of the raw address encodings (struct sockaddr_in / sockaddr_in6).
 const (

@@ -14,23 +14,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Mode is the XDP attach mode.
+// Mode is the XDP attach mode. String prints the names ParseMode reads; an
+// unknown value prints as Mode(7).
 type Mode int
+
+//go:generate go tool stringer -type Mode -linecomment -output mode_string.go
 
 // Attach modes.
 const (
 	// Native runs the program in the driver (veth supports it).
-	Native Mode = iota
+	Native Mode = iota // native
 	// Generic runs it after the driver, on any interface (slower).
-	Generic
+	Generic // generic
 )
-
-func (m Mode) String() string {
-	if m == Generic {
-		return "generic"
-	}
-	return "native"
-}
 
 // ParseMode parses "native" or "generic".
 func ParseMode(s string) (Mode, error) {
