@@ -3,6 +3,7 @@ package av
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/xdpfab/xdpfab/fi"
 )
@@ -30,6 +31,8 @@ type EventQueue struct {
 	mu     sync.Mutex
 	events []Event
 	bound  int
+	closed bool
+	posted chan struct{} // closed (and replaced) when events arrive or the queue closes; nil until a reader waits
 }
 
 // NewEventQueue returns an empty queue.
@@ -53,6 +56,10 @@ func (a *AV) Bind(eq *EventQueue, flags fi.Flags) error {
 		return fmt.Errorf("av bind: an event queue is already bound: %w", fi.EBUSY)
 	}
 	eq.mu.Lock()
+	if eq.closed {
+		eq.mu.Unlock()
+		return fmt.Errorf("av bind: event queue closed: %w", fi.EBADF)
+	}
 	eq.bound++
 	eq.mu.Unlock()
 	a.eq = eq
@@ -76,6 +83,59 @@ func (q *EventQueue) postInsert(ctx any, errnos []fi.Errno, n int) {
 		}
 	}
 	q.events = append(q.events, Event{Type: AVComplete, Context: ctx, Data: uint64(n)})
+	q.wakeLocked()
+}
+
+// wakeLocked wakes the readers waiting in SRead; q.mu held.
+func (q *EventQueue) wakeLocked() {
+	if q.posted != nil {
+		close(q.posted)
+		q.posted = nil
+	}
+}
+
+// SRead is Read that blocks (fi_eq_sread) until an event is queued or the
+// timeout expires: it returns the next completion, or fails with EAVAIL
+// when the next event is an error (use ReadErr) and with EAGAIN when none
+// arrived in time. timeout 0 polls; a negative timeout waits forever. A
+// queue closed meanwhile fails it with EBADF.
+func (q *EventQueue) SRead(timeout time.Duration) (Event, error) {
+	if q == nil {
+		return Event{}, fmt.Errorf("eq sread: nil event queue: %w", fi.EINVAL)
+	}
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		q.mu.Lock()
+		switch {
+		case q.closed:
+			q.mu.Unlock()
+			return Event{}, fmt.Errorf("eq sread: event queue closed: %w", fi.EBADF)
+		case len(q.events) > 0:
+			defer q.mu.Unlock()
+			if q.events[0].Err != 0 {
+				return Event{}, fmt.Errorf("eq sread: %w", fi.EAVAIL)
+			}
+			return q.pop(), nil
+		case timeout == 0:
+			q.mu.Unlock()
+			return Event{}, fmt.Errorf("eq sread: %w", fi.EAGAIN)
+		}
+		if q.posted == nil {
+			q.posted = make(chan struct{})
+		}
+		posted := q.posted
+		q.mu.Unlock()
+		select {
+		case <-posted:
+		case <-deadline:
+			return Event{}, fmt.Errorf("eq sread: no event within %v: %w", timeout, fi.EAGAIN)
+		}
+	}
 }
 
 // Read pops the next completion. It fails with EAGAIN when the queue is
@@ -126,5 +186,7 @@ func (q *EventQueue) Close() error {
 	if q.bound > 0 {
 		return fmt.Errorf("eq close: %d AV(s) bound: %w", q.bound, fi.EBUSY)
 	}
+	q.closed = true
+	q.wakeLocked()
 	return nil
 }
