@@ -25,6 +25,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/stack"
 	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -139,69 +140,42 @@ func udpSender(h *testbed.Host, from, dst netip.AddrPort, payload []byte) (genLo
 	return gen, func() { c.Close() }, nil
 }
 
-// xdpfabReceiver opens an endpoint on h at local with peer in its AV. multi
-// selects FI_MULTI_RECV buffers instead of one posted receive per message.
+// xdpfabRx is an endpoint on a host of the bed with its AV and CQs (a
+// stack.Stack) and the peers in its AV; loop receives on it.
 type xdpfabRx struct {
-	av       *av.AV
-	tx, rx   *cq.CQ
-	ep       *ep.Endpoint
-	want     fi.Addr
-	contexts int
+	*stack.Stack
+	want     fi.Addr // the first peer's fi_addr
+	contexts int     // receive contexts
 }
 
+// openXdpfabRx opens a stack on h at local (copy mode, one queue, FI_SOURCE,
+// a single-consumer receive CQ; epAttr may change the endpoint's attributes)
+// and inserts peers into its AV, 65536 per call. Close it with Close.
 func openXdpfabRx(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
-	x := &xdpfabRx{}
-	var err error
-	avAttr := &av.Attr{Count: len(peers), RxCtxBits: 2}
-	if x.av, err = av.Open(dp, avAttr); err != nil {
+	attr := stack.Attr{
+		AV:   &av.Attr{Count: len(peers), RxCtxBits: 2},
+		TxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
+		RxCQ: cq.Attr{Size: 4096, Format: cq.FormatMsg, SingleConsumer: true},
+		EP: ep.Attr{Ifname: testbed.LinkName, Local: local,
+			Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy, Queues: 1},
+		Do: h.Do,
+	}
+	if epAttr != nil {
+		epAttr(&attr.EP)
+	}
+	s, err := stack.Open(dp, attr)
+	if err != nil {
 		return nil, err
 	}
 	ids := make([]fi.Addr, len(peers))
 	for off := 0; off < len(peers); off += 1 << 16 {
 		end := min(len(peers), off+1<<16)
-		if _, err := x.av.Insert(peers[off:end], ids[off:end], 0, nil); err != nil {
-			x.close()
+		if _, err := s.AV.Insert(peers[off:end], ids[off:end], 0, nil); err != nil {
+			s.Close()
 			return nil, err
 		}
 	}
-	x.want = ids[0]
-	if x.tx, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
-		x.close()
-		return nil, err
-	}
-	if x.rx, err = cq.Open(cq.Attr{Size: 4096, Format: cq.FormatMsg, SingleConsumer: true}); err != nil {
-		x.close()
-		return nil, err
-	}
-	attr := ep.Attr{Ifname: testbed.LinkName, Local: local, AV: x.av, TxCQ: x.tx, RxCQ: x.rx,
-		Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy, Queues: 1}
-	if epAttr != nil {
-		epAttr(&attr)
-	}
-	err = h.Do(func() (err error) {
-		x.ep, err = ep.Open(dp, attr)
-		return err
-	})
-	if err != nil {
-		x.close()
-		return nil, err
-	}
-	x.contexts = max(1, attr.RxContexts)
-	return x, nil
-}
-
-func (x *xdpfabRx) close() {
-	if x.ep != nil {
-		x.ep.Close()
-	}
-	for _, q := range []*cq.CQ{x.tx, x.rx} {
-		if q != nil {
-			q.Close()
-		}
-	}
-	if x.av != nil {
-		x.av.Close()
-	}
+	return &xdpfabRx{Stack: s, want: ids[0], contexts: max(1, attr.EP.RxContexts)}, nil
 }
 
 // loop is the application's receive loop with manual progress: read up to
@@ -229,14 +203,14 @@ func (x *xdpfabRx) loop(multi bool, check func(fi.Addr) bool) rxLoop {
 			for {
 				var err error
 				if multi {
-					err = x.ep.Rx(s.ctx).RecvMsg(s.buf, fi.AddrUnspec, s, fi.MultiRecv)
+					err = x.EP.Rx(s.ctx).RecvMsg(s.buf, fi.AddrUnspec, s, fi.MultiRecv)
 				} else {
-					err = x.ep.Rx(s.ctx).Recv(s.buf, fi.AddrUnspec, s)
+					err = x.EP.Rx(s.ctx).Recv(s.buf, fi.AddrUnspec, s)
 				}
 				if !errors.Is(err, fi.EAGAIN) {
 					return err
 				}
-				x.ep.Progress()
+				x.EP.Progress()
 			}
 		}
 		for _, s := range slots {
@@ -246,18 +220,18 @@ func (x *xdpfabRx) loop(multi bool, check func(fi.Addr) bool) rxLoop {
 		}
 		defer func() {
 			for _, s := range slots {
-				x.ep.Rx(s.ctx).Cancel(s)
+				x.EP.Rx(s.ctx).Cancel(s)
 			}
-			drainCQ(x.rx)
+			drainCQ(x.RxCQ)
 		}()
 		ents := make([]cq.Entry, 64)
 		srcs := make([]fi.Addr, 64)
 		for !stop.Load() {
-			n, err := x.rx.ReadFrom(ents, srcs)
+			n, err := x.RxCQ.ReadFrom(ents, srcs)
 			if err != nil && !errors.Is(err, fi.EAGAIN) {
 				if errors.Is(err, fi.EAVAIL) {
 					var e cq.ErrEntry
-					x.rx.ReadErr(&e)
+					x.RxCQ.ReadErr(&e)
 					return fmt.Errorf("error completion: %v", e.Err)
 				}
 				return err
@@ -590,11 +564,11 @@ func runRxCapacity(r *results, cfg *config) error {
 		if err == nil {
 			err = measure(c, "sender", loop, send, nil, nil)
 		}
-		if st, serr := x.ep.Stats(); serr == nil {
+		if st, serr := x.EP.Stats(); serr == nil {
 			r.note("rx", "%s endpoint socket statistics after the runs: rx_dropped %d, rx_ring_full %d, fill_ring_empty %d",
 				c.key, st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs)
 		}
-		x.close()
+		x.Close()
 		if err != nil {
 			att.Close()
 			return err

@@ -163,13 +163,13 @@ func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed
 	if err != nil {
 		return err
 	}
-	defer cli.close()
+	defer cli.Close()
 	srv, err := openXdpfabRx(dp, bd.B, lb, []netip.AddrPort{la}, epAttr)
 	if err != nil {
 		return err
 	}
-	defer srv.close()
-	max := cli.ep.MaxMsgSize()
+	defer srv.Close()
+	max := cli.EP.MaxMsgSize()
 	r.Setup["xdpfab_max_msg_"+mode.String()] = fmt.Sprint(max)
 	title := fmt.Sprintf("xdpfab ep, %s XDP, manual progress", mode)
 	if poll > 0 {
@@ -197,9 +197,9 @@ func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed
 // waitOne spins on the CQ (each read progresses the endpoint) until one
 // completion arrives.
 func (x *xdpfabRx) waitOne(rx bool, deadline time.Time) (int, error) {
-	q := x.tx
+	q := x.TxCQ
 	if rx {
-		q = x.rx
+		q = x.RxCQ
 	}
 	var buf [1]cq.Entry
 	for i := 0; ; i++ {
@@ -218,11 +218,11 @@ func (x *xdpfabRx) waitOne(rx bool, deadline time.Time) (int, error) {
 
 func sendSpin(x *xdpfabRx, buf []byte, to fi.Addr) error {
 	for {
-		err := x.ep.Send(buf, to, nil)
+		err := x.EP.Send(buf, to, nil)
 		if !errors.Is(err, fi.EAGAIN) {
 			return err
 		}
-		x.ep.Progress()
+		x.EP.Progress()
 	}
 }
 
@@ -232,7 +232,7 @@ func xdpfabPP(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (ppResult,
 	srvDone := goOnThread(nil, cfg.cpuLoad, func() error {
 		buf := make([]byte, 9000)
 		for range total {
-			if err := srv.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			if err := srv.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 				return err
 			}
 			n, err := srv.waitOne(true, deadline)
@@ -257,7 +257,7 @@ func xdpfabPP(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (ppResult,
 			if i == warm {
 				start = time.Now()
 			}
-			if err := cli.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			if err := cli.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 				return err
 			}
 			t0 := time.Now()

@@ -122,7 +122,7 @@ func runScaling(r *results, cfg *config) error {
 		}
 		n := fi.Addr(sr.avSize)
 		err = measureOne("xdpfab", dp.Program, x.loop(true, func(a fi.Addr) bool { return a < n }))
-		x.close()
+		x.Close()
 		if err != nil || !peer {
 			return err
 		}
