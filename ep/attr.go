@@ -30,6 +30,10 @@ type Attr struct {
 	// Local is the address and UDP port to receive on. An unspecified
 	// address (0.0.0.0 or ::) receives on every address of its family.
 	Local netip.AddrPort
+	// Name, when set, is the address to bind to as a raw sockaddr_in or
+	// sockaddr_in6 (what fi_setname takes, and what GetName of a peer's
+	// endpoint returns), in place of Local; with both set they must agree.
+	Name []byte
 	// AV resolves destinations and names sources.
 	AV *av.AV
 	// TxCQ receives send completions; RxCQ receive completions (of every
@@ -109,6 +113,16 @@ func (a *Attr) validate() error {
 // validateKernel checks what the kernel objects of an endpoint need
 // (Prepare: no CQs there).
 func (a *Attr) validateKernel() error {
+	if a.Name != nil {
+		ap, err := parseName(a.Name)
+		switch {
+		case err != nil:
+			return fmt.Errorf("ep open: name: %w", err)
+		case a.Local.IsValid() && a.Local != ap:
+			return fmt.Errorf("ep open: name %v and local %v differ: %w", ap, a.Local, fi.EINVAL)
+		}
+		a.Local = ap
+	}
 	switch {
 	case a.AV == nil:
 		return fmt.Errorf("ep open: no address vector: %w", fi.ENOAV)
