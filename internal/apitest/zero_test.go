@@ -272,7 +272,6 @@ func funcs() map[string]any {
 
 		"bpf.LoadSpec": bpf.LoadSpec,
 		"bpf.MakeAddr": bpf.MakeAddr,
-		"bpf.PutHdr":   bpf.PutHdr,
 	}
 }
 
