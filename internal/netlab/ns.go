@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sync"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -125,6 +126,9 @@ func newNamedNS(name string) (*NS, error) {
 	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := sharedNetnsDir(); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(netnsDir, name)
 	type result struct {
 		h   netns.NsHandle
@@ -184,6 +188,30 @@ func newNamedNS(name string) (*NS, error) {
 		return nil, fmt.Errorf("testbed: create netns %s: %w", name, res.err)
 	}
 	return &NS{name: name, handle: res.h}, nil
+}
+
+var netnsDirOnce struct {
+	sync.Once
+	err error
+}
+
+// sharedNetnsDir makes netnsDir a shared mount of its own, as `ip netns
+// add` does before its first namespace. Without it, a later `ip netns add`
+// (by anyone) bind-mounts the directory onto itself and hides the
+// namespaces mounted before, which can then be neither seen nor removed.
+func sharedNetnsDir() error {
+	netnsDirOnce.Do(func() {
+		err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if errors.Is(err, unix.EINVAL) { // not a mount point yet
+			if err = unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+				err = unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+			}
+		}
+		if err != nil {
+			netnsDirOnce.err = fmt.Errorf("make %s a shared mount: %w", netnsDir, err)
+		}
+	})
+	return netnsDirOnce.err
 }
 
 // remove drops the bed's references to the namespace: its handle and its
