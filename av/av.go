@@ -167,15 +167,17 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 }
 
 // adopt opens an existing named AV. Its stored attributes win: a writer
-// must ask for the same shape (FI_AV_USER_ID, FI_SYMMETRIC, rx_ctx_bits,
-// address format) or fail with EINVAL; a reader (FI_READ) cannot change
-// the AV and takes whatever shape it has. The per-opener flags (FI_EVENT,
+// must ask for the same shape (the type unless UNSPEC, FI_AV_USER_ID,
+// FI_SYMMETRIC, rx_ctx_bits, address format) or fail with EINVAL; a reader
+// (FI_READ) cannot change the AV and takes whatever shape it has. The per-opener flags (FI_EVENT,
 // FI_READ) are the opener's. attr reports the AV as opened.
 func (a *AV) adopt(id uint32, m bpf.AVMeta, attr *Attr) (*AV, error) {
 	const shape = fi.AVUserID | fi.Symmetric
 	stored, format := fi.Flags(m.Flags)&shape, fi.AddrFormat(m.AddrFormat)
 	if attr.Flags&fi.Read == 0 {
 		switch {
+		case attr.Type != TypeUnspec && attr.Type != Type(m.Type):
+			return nil, fmt.Errorf("av open %q: exists with type %v, asked for %v: %w", attr.Name, Type(m.Type), attr.Type, fi.EINVAL)
 		case stored != attr.Flags&shape:
 			return nil, fmt.Errorf("av open %q: exists with flags %v, asked for %v: %w",
 				attr.Name, stored, attr.Flags&shape, fi.EINVAL)
