@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/xdpfab/xdpfab/av"
@@ -184,8 +185,16 @@ func Server(ctx context.Context, w io.Writer, o Options) error {
 	}
 }
 
-// Client runs Warmup+Iters ping-pongs per size and prints one
-// fi_pingpong-shaped line per size.
+// DefaultSizes are fi_pingpong's default message sizes (fabtests'
+// FT_DEFAULT_SIZE set). Like fi_pingpong, a run without Sizes uses those
+// that fit the endpoint's largest message: 64, 256 and 1k on an IPv4
+// endpoint at MTU 1500 (1440-byte messages).
+var DefaultSizes = []int{64, 256, 1 << 10, 4 << 10, 64 << 10, 1 << 20}
+
+// Client runs Warmup+Iters ping-pongs per size and prints one line per
+// size in fi_pingpong's format. Options.Sizes nil runs the DefaultSizes
+// that fit, saying which were left out; a given size that does not fit is
+// reported as skipped.
 func Client(ctx context.Context, w io.Writer, o Options) error {
 	s, err := open(o, false)
 	if err != nil {
@@ -197,11 +206,26 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 		return err
 	}
 	peer := out[0]
-	buf := make([]byte, s.EP.MaxMsgSize())
-	fmt.Fprintf(w, "%-8s%-8s%-8s%-8s%-10s%-12s%-10s\n", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
-	for _, size := range o.Sizes {
-		if size > s.EP.MaxMsgSize() {
-			fmt.Fprintf(w, "%-8d (larger than the endpoint's %d-byte messages: skipped)\n", size, s.EP.MaxMsgSize())
+	maxMsg := s.EP.MaxMsgSize()
+	buf := make([]byte, maxMsg)
+	sizes := o.Sizes
+	if sizes == nil {
+		var left []string
+		for _, n := range DefaultSizes {
+			if n <= maxMsg {
+				sizes = append(sizes, n)
+			} else {
+				left = append(left, SizeStr(int64(n)))
+			}
+		}
+		if len(left) > 0 {
+			fmt.Fprintf(w, "# default sizes above the endpoint's %d-byte messages left out: %s\n", maxMsg, strings.Join(left, ", "))
+		}
+	}
+	fmt.Fprint(w, Header())
+	for _, size := range sizes {
+		if size > maxMsg {
+			fmt.Fprintf(w, "%-8s(larger than the endpoint's %d-byte messages: skipped)\n", SizeStr(int64(size)), maxMsg)
 			continue
 		}
 		msg := make([]byte, size)
@@ -223,32 +247,63 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 				return fmt.Errorf("message %d of %d bytes: %w", i, size, err)
 			}
 		}
-		elapsed := time.Since(start)
-		xfers := float64(2 * o.Iters)
-		total := float64(size) * xfers
-		fmt.Fprintf(w, "%-8s%-8s%-8s%-8s%-10.2f%-12.2f%-10.2f\n", num(size), num(o.Iters), num(int(total)),
-			fmt.Sprintf("%.2fs", elapsed.Seconds()), total/elapsed.Seconds()/1e6,
-			float64(elapsed.Microseconds())/xfers, xfers/elapsed.Seconds()/1e6)
+		fmt.Fprint(w, Line(size, o.Iters, time.Since(start)))
 	}
 	return nil
 }
 
-// num formats like fabtests' size_str: 64, 1k, 10k, 1.2m.
-func num(v int) string {
-	switch {
-	case v >= 1<<30:
-		return trim(float64(v)/(1<<30)) + "g"
-	case v >= 1<<20:
-		return trim(float64(v)/(1<<20)) + "m"
-	case v >= 1<<10:
-		return trim(float64(v)/(1<<10)) + "k"
-	}
-	return fmt.Sprint(v)
+// Header is fi_pingpong's header line.
+func Header() string {
+	return fmt.Sprintf("%-8s%-8s%-8s%8s %10s%13s%13s\n", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
 }
 
-func trim(f float64) string {
-	if f == float64(int(f)) {
-		return fmt.Sprint(int(f))
+// Line is fi_pingpong's line for iters ping-pongs of size bytes that took
+// elapsed: two transfers per iteration; total counts the bytes of both;
+// MB/sec is bytes per microsecond (10^6 bytes a second), usec/xfer is
+// elapsed / (iters x 2), both from whole microseconds, as fabtests'
+// show_perf reports them.
+func Line(size, iters int, elapsed time.Duration) string {
+	usec := elapsed.Microseconds()
+	if usec < 1 {
+		usec = 1
 	}
-	return fmt.Sprintf("%.1f", f)
+	xfers := int64(iters) * 2
+	total := int64(size) * xfers
+	perXfer := float64(usec) / float64(xfers)
+	return fmt.Sprintf("%-8s%-8s%-8s%8.2fs%10.2f%11.2f%11.2f\n", SizeStr(int64(size)), CountStr(int64(iters)), SizeStr(total),
+		float64(usec)/1e6, float64(total)/float64(usec), perXfer, 1/perXfer)
+}
+
+// SizeStr formats a byte count as fabtests' size_str does: binary units
+// (k = 1024, m, g), one truncated decimal only below 10 of the unit and
+// only when it is not 0: 64, 1k, 1.5k, 62k, 9.9m.
+func SizeStr(v int64) string {
+	base, unit := int64(1), ""
+	switch {
+	case v >= 1<<30:
+		base, unit = 1<<30, "g"
+	case v >= 1<<20:
+		base, unit = 1<<20, "m"
+	case v >= 1<<10:
+		base, unit = 1<<10, "k"
+	}
+	whole := v / base
+	if tenth := v % base * 10 / base; whole < 10 && tenth != 0 {
+		return fmt.Sprintf("%d.%d%s", whole, tenth, unit)
+	}
+	return fmt.Sprintf("%d%s", whole, unit)
+}
+
+// CountStr formats an iteration count as fabtests' cnt_str does: decimal
+// units (k = 1000, m, b) truncated to whole numbers: 500, 10k, 1m.
+func CountStr(v int64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%db", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%dm", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%dk", v/1e3)
+	}
+	return fmt.Sprint(v)
 }

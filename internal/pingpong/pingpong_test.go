@@ -32,22 +32,40 @@ func TestPingPong(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	time.Sleep(200 * time.Millisecond) // the server's endpoint opens
 	var out bytes.Buffer
-	err := bed.A.Do(func() error {
-		return pingpong.Client(ctx, &out, pingpong.Options{Iface: testbed.LinkName, Local: netip.AddrPortFrom(bed.A.IPv4, 7000),
-			Peer: srv, Sizes: []int{64, 1024, 4096}, Iters: 500, Warmup: 10})
-	})
-	if err != nil {
-		t.Fatalf("client: %v\n%s", err, out.String())
+	run := func(sizes []int) []string {
+		t.Helper()
+		out.Reset()
+		err := bed.A.Do(func() error {
+			return pingpong.Client(ctx, &out, pingpong.Options{Iface: testbed.LinkName, Local: netip.AddrPortFrom(bed.A.IPv4, 7000),
+				Peer: srv, Sizes: sizes, Iters: 500, Warmup: 10})
+		})
+		if err != nil {
+			t.Fatalf("client: %v\n%s", err, out.String())
+		}
+		t.Logf("\n%s", out.String())
+		return strings.Split(strings.TrimSpace(out.String()), "\n")
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "bytes   iters   total   time    MB/sec    usec/xfer   Mxfers/sec") {
+	// Given sizes: one line each, a size over the MTU skipped.
+	lines := run([]int{64, 1024, 4096})
+	if len(lines) != 4 || lines[0] != strings.TrimSuffix(pingpong.Header(), "\n") {
 		t.Fatalf("report:\n%s", out.String())
 	}
-	if f := strings.Fields(lines[1]); f[0] != "64" || f[1] != "500" || f[2] != "62.5k" {
+	if f := strings.Fields(lines[1]); f[0] != "64" || f[1] != "500" || f[2] != "62k" {
 		t.Errorf("64-byte line: %q", lines[1])
 	}
-	if !strings.Contains(lines[3], "larger than the endpoint") {
+	if !strings.HasPrefix(lines[3], "4k") || !strings.Contains(lines[3], "larger than the endpoint") {
 		t.Errorf("4096 bytes over a 1500 MTU: %q", lines[3])
+	}
+	// Default sizes: fi_pingpong's that fit 1500 bytes (64, 256, 1k), none
+	// skipped, and a note naming those left out.
+	lines = run(nil)
+	if len(lines) != 5 || !strings.Contains(lines[0], "left out: 4k, 64k, 1m") {
+		t.Fatalf("default sizes:\n%s", out.String())
+	}
+	for i, want := range []string{"64", "256", "1k"} {
+		if f := strings.Fields(lines[2+i]); f[0] != want || f[1] != "500" {
+			t.Errorf("default size line %d: %q, want %s bytes", i, lines[2+i], want)
+		}
 	}
 	cancel()
 	wg.Wait()
@@ -57,6 +75,33 @@ func TestPingPong(t *testing.T) {
 	if !strings.Contains(srvOut.String(), "client "+netip.AddrPortFrom(bed.A.IPv4, 7000).String()+" is fi_addr 0") {
 		t.Errorf("server output:\n%s", srvOut.String())
 	}
-	t.Logf("\n%s", out.String())
+}
 
+// The counts print as fabtests' size_str and cnt_str do.
+func TestFormat(t *testing.T) {
+	for _, tc := range []struct {
+		v         int64
+		size, cnt string
+	}{
+		{0, "0", "0"}, {64, "64", "64"}, {999, "999", "999"}, {1000, "1000", "1k"}, {1023, "1023", "1k"},
+		{1024, "1k", "1k"}, {1536, "1.5k", "1k"}, {9999, "9.7k", "9k"}, {10000, "9.7k", "10k"},
+		{64000, "62k", "64k"}, {64 << 10, "64k", "65k"}, {1 << 20, "1m", "1m"}, {1_500_000, "1.4m", "1m"},
+		{20 << 20, "20m", "20m"}, {3 << 30, "3g", "3b"}, {2_000_000_000, "1.8g", "2b"},
+	} {
+		if got := pingpong.SizeStr(tc.v); got != tc.size {
+			t.Errorf("SizeStr(%d) = %q, want %q", tc.v, got, tc.size)
+		}
+		if got := pingpong.CountStr(tc.v); got != tc.cnt {
+			t.Errorf("CountStr(%d) = %q, want %q", tc.v, got, tc.cnt)
+		}
+	}
+	// 10000 iterations of 64 bytes in 1 s: fi_pingpong's line.
+	got := pingpong.Line(64, 10000, time.Second)
+	want := "64      10k     1.2m        1.00s      1.28      50.00       0.02\n"
+	if got != want {
+		t.Errorf("Line:\n%q\nwant\n%q", got, want)
+	}
+	if h := pingpong.Header(); h != "bytes   iters   total       time     MB/sec    usec/xfer   Mxfers/sec\n" {
+		t.Errorf("Header: %q", h)
+	}
 }
