@@ -10,8 +10,11 @@ RACE_PKGS := ./av/... ./cq/... ./dataplane/... ./ep/... ./neigh/... ./agent/...
 
 all: build
 
+# Compile every package, and write the xdpfab command to bin/xdpfab, stamped
+# with its VCS commit (xdpfab version shows it) whatever GOFLAGS says.
 build:
 	$(GO) build $(PKGS)
+	$(GO) build -buildvcs=auto -o bin/xdpfab ./cmd/xdpfab
 
 # go vet, and gofmt over every Go file (bench/ included).
 vet:
@@ -56,6 +59,7 @@ demo: build
 
 clean:
 	$(GO) clean -testcache
+	rm -rf bin
 
 # The benchmark suite (bench/, a module of its own): namespaces, XDP and
 # the libfabric peers, as root. bench regenerates docs/BENCHMARKS.md and

@@ -8,9 +8,14 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/vishvananda/netns v0.0.5
+require (
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
+	github.com/vishvananda/netns v0.0.5
+)
 
 require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	golang.org/x/mod v0.31.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/tools v0.40.1-0.20260108161641-ca281cf95054 // indirect

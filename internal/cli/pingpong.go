@@ -1,71 +1,101 @@
 package cli
 
 import (
-	"context"
 	"net/netip"
 	"strconv"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
-func init() {
-	long := `Ping-pong between two xdpfab endpoints, reporting like libfabric's fi_pingpong:
+func pingpongCommand(e *env) *cobra.Command {
+	g := &cobra.Command{
+		Use:   "pingpong",
+		Short: "fi_pingpong-style server and client over xdpfab endpoints",
+		Long: `Ping-pong between two xdpfab endpoints, reporting like libfabric's fi_pingpong:
 bytes, iters, total, time, MB/sec, usec/xfer (elapsed / (iters x 2)) and
 Mxfers/sec, one line per message size. Start the server first; it echoes every
 message to its sender, which it learns from the first message (FI_SOURCE_ERR).
 Uses the agent's dataplane under --pin-root when one runs, else attaches the XDP
-program for the run. Needs root.`
-	for _, role := range []string{"server", "client"} {
-		args := "--iface IF --local ADDR:PORT"
-		if role == "client" {
-			args += " --peer ADDR:PORT [-S SIZES] [-I ITERS]"
-		}
-		register(command{name: "pingpong " + role, args: args, short: "fi_pingpong-style " + role + " over xdpfab endpoints", long: long,
-			run: func(ctx context.Context, e *env, argv []string) error {
-				fs := flags(e, "pingpong "+role, args, long)
-				iface := fs.String("iface", "", "interface")
-				local := fs.String("local", "", "local address and UDP port")
-				// The client's run parameters; the server echoes whatever comes.
-				peer, sizes, iters, warmup := new(string), new(string), new(int), new(int)
-				*sizes, *iters, *warmup = "64", 1, 0
-				if role == "client" {
-					peer = fs.String("peer", "", "the server's address and port")
-					sizes = fs.String("S", "64,1024,4096", "message sizes, comma-separated")
-					iters = fs.Int("I", 10000, "iterations per size")
-					warmup = fs.Int("warmup", 100, "untimed iterations before each size")
-				}
-				busy := fs.Duration("busy-poll", 0, "socket busy-poll time (e.g. 50us); 0 disables")
-				mode := fs.String("mode", "native", "XDP mode if pingpong attaches: native or generic")
-				pinRoot := fs.String("pin-root", envDefault("XDPFAB_PIN_ROOT", "/sys/fs/bpf/xdpfab"), "a running agent's pin root")
-				if err := parse(fs, argv); err != nil {
-					return err
-				}
-				o := pingpong.Options{Iface: *iface, Iters: *iters, Warmup: *warmup, BusyPoll: *busy, PinRoot: *pinRoot}
-				var err error
-				if o.Mode, err = loader.ParseMode(*mode); err != nil {
-					return usagef("%v", err)
-				}
-				if o.Local, err = netip.ParseAddrPort(*local); err != nil || *iface == "" {
-					return usagef("--iface and --local ADDR:PORT are required")
-				}
-				for _, s := range splitComma(*sizes) {
-					n, err := strconv.Atoi(s)
-					if err != nil || n <= 0 {
-						return usagef("-S %s: sizes are positive numbers", *sizes)
-					}
-					o.Sizes = append(o.Sizes, n)
-				}
-				if *iters <= 0 || *warmup < 0 {
-					return usagef("-I must be positive, --warmup not negative")
-				}
-				if role == "server" {
-					return pingpong.Server(ctx, e.out, o)
-				}
-				if o.Peer, err = netip.ParseAddrPort(*peer); err != nil {
-					return usagef("--peer ADDR:PORT is required")
-				}
-				return pingpong.Client(ctx, e.out, o)
-			}})
+program for the run. Needs root.`,
 	}
+	g.AddCommand(pingpongRole(e, "server"), pingpongRole(e, "client"))
+	return g
+}
+
+func pingpongRole(e *env, role string) *cobra.Command {
+	var (
+		iface, local, peer, mode, pinRoot string
+		sizes                             []string
+		iters, warmup                     int
+		busy                              time.Duration
+	)
+	use := "server --iface IF --local ADDR:PORT"
+	long := "Echoes every message back to its sender until interrupted."
+	if role == "client" {
+		use = "client --iface IF --local ADDR:PORT --peer ADDR:PORT [-S SIZES] [-I ITERS]"
+		long = `Runs --warmup untimed and -I timed ping-pongs per message size against the
+server and prints one fi_pingpong line per size. Without -S it runs
+fi_pingpong's default sizes (64, 256, 1k, 4k, 64k, 1m) that fit the endpoint's
+largest message (one frame less its headers: 1440 bytes on an IPv4 endpoint
+at MTU 1500, so 64, 256 and 1k there), as fi_pingpong does, and says which it
+left out; an -S size larger than that is reported as skipped.`
+	}
+	c := &cobra.Command{Use: use, Short: "fi_pingpong-style " + role + " over xdpfab endpoints", Long: long, Args: noArgs}
+	f := c.Flags()
+	f.StringVar(&iface, "iface", "", "interface (required)")
+	f.StringVar(&local, "local", "", "local address and UDP port, ADDR:PORT (required)")
+	if role == "client" {
+		f.StringVar(&peer, "peer", "", "the server's address and port, ADDR:PORT (required)")
+		f.StringSliceVarP(&sizes, "sizes", "S", nil, "message sizes in bytes, comma-separated (default: fi_pingpong's that fit)")
+		f.IntVarP(&iters, "iters", "I", 10000, "timed iterations per size (1 or more)")
+		f.IntVar(&warmup, "warmup", 100, "untimed iterations before each size (0 or more)")
+		c.MarkFlagRequired("peer")
+	}
+	f.DurationVar(&busy, "busy-poll", 0, "socket busy-poll time (e.g. 50us); 0 disables")
+	f.StringVar(&mode, "mode", "native", "XDP mode if pingpong attaches: native or generic")
+	f.StringVar(&pinRoot, "pin-root", envDefault("XDPFAB_PIN_ROOT", "/sys/fs/bpf/xdpfab"), "a running agent's pin root ($XDPFAB_PIN_ROOT)")
+	c.MarkFlagRequired("iface")
+	c.MarkFlagRequired("local")
+	c.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{"native", "generic"}, cobra.ShellCompDirectiveNoFileComp))
+	c.RunE = runE(func(c *cobra.Command, _ []string) error {
+		o := pingpong.Options{Iface: iface, Iters: 1, BusyPoll: busy, PinRoot: pinRoot}
+		if iface == "" {
+			return usagef("--iface: want an interface name")
+		}
+		if busy < 0 {
+			return usagef("--busy-poll %v: want 0 or a positive duration", busy)
+		}
+		var err error
+		if o.Mode, err = loader.ParseMode(mode); err != nil {
+			return usagef("--mode: %v", err)
+		}
+		if o.Local, err = netip.ParseAddrPort(local); err != nil {
+			return invalidf("--local %q: %v (want ADDR:PORT)", local, err)
+		}
+		if role == "server" {
+			return pingpong.Server(c.Context(), e.out, o)
+		}
+		if o.Peer, err = netip.ParseAddrPort(peer); err != nil {
+			return invalidf("--peer %q: %v (want ADDR:PORT)", peer, err)
+		}
+		for _, s := range sizes {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				return usagef("-S %s: sizes are positive numbers of bytes", s)
+			}
+			o.Sizes = append(o.Sizes, n)
+		}
+		if iters < 1 {
+			return usagef("-I %d: want 1 or more iterations", iters)
+		}
+		if warmup < 0 {
+			return usagef("--warmup %d: want 0 or more", warmup)
+		}
+		o.Iters, o.Warmup = iters, warmup
+		return pingpong.Client(c.Context(), e.out, o)
+	})
+	return c
 }
