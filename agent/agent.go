@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/procid"
+	"github.com/xdpfab/xdpfab/internal/version"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -85,7 +85,6 @@ type Agent struct {
 	http        *http.Server
 	metricsAddr string
 	restarts    uint64
-	started     time.Time
 	lock        *instanceLock
 	sockStat    os.FileInfo // the socket file this agent made (close removes only that)
 }
@@ -105,7 +104,7 @@ func New(cfg Config) (_ *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}, started: time.Now()}
+	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}}
 	a.handlers = a.handlerTable()
 	a.usage = map[uint32]*usage{}
 	a.adminGID = -1
@@ -175,7 +174,7 @@ func New(cfg Config) (_ *Agent, err error) {
 			return nil, fmt.Errorf("agent: %w", err)
 		}
 		a.atts = append(a.atts, att)
-		a.log.Info("xdp attached", "iface", ifname, "ifindex", att.Ifindex, "mode", att.Mode, "adopted", att.Adopted)
+		a.audit(self(), "attach", nil, &auditRec{attrs: []any{"iface", ifname, "ifindex", att.Ifindex, "mode", att.Mode.String(), "adopted", att.Adopted}})
 	}
 	if err := a.listen(); err != nil {
 		return nil, err
@@ -185,27 +184,46 @@ func New(cfg Config) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	if before.mapsExisted {
+		if err := a.countRestart(); err != nil {
+			return nil, err
+		}
+	}
+	a.log.Info("agent started", "version", version.Get().Short(), "pin_root", cfg.PinRoot,
+		"adopted", before.mapsExisted, "restarts", a.restarts)
 	return a, nil
 }
 
-// recover re-adopts what a previous agent left and counts the restart
-// (avmeta slot 0's generation counts agent starts). Anonymous AVs of dead
-// processes are removed by gc. AV capacity that dead processes had
-// reserved is not recounted: the reservations of live ones cannot be seen
-// from here, and a recount could promise room that is not there.
+// recover reads what a previous agent left: the restart count (avmeta
+// slot 0's generation counts the starts that adopted pinned state).
+// Anonymous AVs of dead processes are removed by gc. AV capacity that dead
+// processes had reserved is not recounted: the reservations of live ones
+// cannot be seen from here, and a recount could promise room that is not
+// there.
 func (a *Agent) recover() error {
+	var g bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(uint32(0), &g); err != nil {
+		return fmt.Errorf("agent: read dataplane state: %w", err)
+	}
+	a.restarts = g.Generation
+	return nil
+}
+
+// countRestart counts a start that adopted the maps an earlier run pinned,
+// once everything else of the start succeeded: a failed start, or the
+// first start on fresh maps, is not a restart.
+func (a *Agent) countRestart() error {
 	unlock := a.dp.Lock()
 	defer unlock()
 	var g bpf.AVMeta
 	if err := a.dp.AVMeta.Lookup(uint32(0), &g); err != nil {
 		return fmt.Errorf("agent: read dataplane state: %w", err)
 	}
-	a.restarts = g.Generation // slot 0's generation counts agent starts
 	g.Generation++
 	if err := a.dp.AVMeta.Put(uint32(0), &g); err != nil {
 		return fmt.Errorf("agent: write dataplane state: %w", err)
 	}
-	a.log.Info("dataplane loaded", "pin_root", a.cfg.PinRoot, "agent_starts", g.Generation)
+	a.restarts = g.Generation
 	return nil
 }
 
@@ -221,9 +239,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- a.accept() }()
+	// The program is attached and the socket listens (New): ready.
+	a.notifyReady()
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		a.watchdog(ctx)
+	}()
 	var err error
 	select {
 	case <-ctx.Done():
+		sdNotify("STOPPING=1")
 		a.log.Info("stopping", "detach", a.cfg.DetachOnExit)
 		a.ln.Close()
 		err = <-acceptDone
@@ -232,6 +258,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// No new connection and no garbage collection from here on.
 	cancel()
 	<-gcDone
+	<-wdDone
 	return errors.Join(err, a.close(a.cfg.DetachOnExit))
 }
 
@@ -269,7 +296,9 @@ func (a *Agent) close(detach bool) error {
 	a.mu.Unlock()
 	for _, att := range atts {
 		if detach {
-			errs = append(errs, att.Detach())
+			err := att.Detach()
+			a.audit(self(), "detach", err, &auditRec{attrs: []any{"iface", att.Ifname, "reason", "detach on exit"}})
+			errs = append(errs, err)
 		} else {
 			errs = append(errs, att.Close())
 		}
@@ -336,7 +365,7 @@ func (a *Agent) listen() error {
 	if err := os.Chmod(path, mode); err != nil {
 		return fmt.Errorf("agent: socket mode: %w", err)
 	}
-	a.log.Info("control socket", "path", path, "group", a.cfg.SocketGroup, "mode", mode)
+	a.log.Info("control socket", "path", path, "group", a.cfg.SocketGroup, "mode", fmt.Sprintf("%#o", uint32(mode)))
 	return nil
 }
 
@@ -382,17 +411,15 @@ func (a *Agent) gc() {
 		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerPid == 0 || alive(m.OwnerPid, m.OwnerStart) {
 			continue
 		}
-		a.log.Info("removing the AV of a dead process", "av_id", id, "pid", m.OwnerPid)
-		if err := av.DestroyOrphan(a.dp, id, m.OwnerPid, m.OwnerStart); err != nil {
-			a.log.Warn("remove AV", "av_id", id, "err", err)
-		}
+		err := av.DestroyOrphan(a.dp, id, m.OwnerPid, m.OwnerStart)
+		a.audit(self(), "av.destroy", err, &auditRec{attrs: []any{"av_id", id, "owner_pid", m.OwnerPid, "reason", "owner process gone"}})
 	}
 	gone, err := ep.ReclaimDead(a.dp, alive)
 	if err != nil {
 		a.log.Warn("reclaim endpoints", "err", err)
 	}
 	for _, r := range gone {
-		a.log.Info("removed the endpoint of a dead process", "id", r.ID, "local", r.Local, "pid", r.OwnerPID)
+		a.audit(self(), "ep.close", nil, &auditRec{attrs: []any{"id", r.ID, "local", r.Local, "owner_pid", r.OwnerPID, "reason", "owner process gone"}})
 	}
 	if freed, err := a.dp.ReclaimPools(alive); err != nil {
 		a.log.Warn("reclaim AV capacity", "err", err)
@@ -401,11 +428,9 @@ func (a *Agent) gc() {
 	}
 }
 
-// buildVersion is the agent's module version as the Go toolchain recorded
-// it ("(devel)" for a build from a work tree).
+// buildVersion is the agent's module version and commit as the Go
+// toolchain recorded them ("(devel)" for a build from a work tree).
 func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return bi.Main.Path + " " + bi.Main.Version
-	}
-	return "unknown"
+	v := version.Get()
+	return v.Module + " " + v.Short()
 }

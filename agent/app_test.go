@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -237,6 +238,8 @@ func TestUnprivilegedApp(t *testing.T) {
 		!hasPrefix(m, `xdpfab_endpoint_socket_events_total{endpoint=`) {
 		t.Errorf("application endpoint metrics missing")
 	}
+	// With every kind of metric present: Prometheus' conventions.
+	lintMetrics(t, n.scrapeText())
 	cmd.Process.Kill()
 	cmd.Wait()
 	deadline = time.Now().Add(5 * time.Second)
@@ -251,6 +254,18 @@ func TestUnprivilegedApp(t *testing.T) {
 	cmd, out = run("close")
 	check(out)
 	cmd.Wait()
+	// Audit lines: the application's endpoints opened and closed, and the
+	// one of the killed application released.
+	logs := n.logs.String()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`msg=audit op=ep.open uid=65534 pid=[1-9][0-9]* result=ok iface=veth0 local=` + regexp.QuoteMeta(appAddr.String()) + ` av=job .* id=[0-9]+`),
+		regexp.MustCompile(`msg=audit op=ep.close uid=65534 pid=[1-9][0-9]* result=ok id=[0-9]+`),
+		regexp.MustCompile(`msg=audit op=ep.close uid=65534 pid=[1-9][0-9]* result=ok id=[0-9]+ local=\S+ reason="connection closed"`),
+	} {
+		if !want.MatchString(logs) {
+			t.Errorf("no audit line like %s in the agent's log:\n%s", want, grepLines(logs, "audit"))
+		}
+	}
 }
 
 func (n *node) endpoints() int {

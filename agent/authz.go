@@ -17,6 +17,7 @@ type caller struct {
 	pid      int32
 	start    uint64   // the process's start time (internal/procid), 0 if unknown
 	groups   []uint32 // supplementary groups
+	self     bool     // the agent itself (audit lines say by=agent)
 }
 
 // credentials reads the peer's identity from a connected socket.

@@ -116,7 +116,8 @@ func (a *Agent) avGroup(who caller, group string) (uint32, error) {
 	return uint32(gid), nil
 }
 
-func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) {
+func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.AVInfo, error) {
+	rec.add("av", args.Name, "type", cmpOr(args.Type, "any"), "user_id", args.UserID, "group", args.Group, "count", args.Count)
 	if err := av.ValidName(args.Name); err != nil {
 		return ctl.AVInfo{}, fmt.Errorf("av create: %w", err)
 	}
@@ -125,18 +126,35 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) 
 	}
 	attr := av.Attr{Name: args.Name, Count: args.Count, RxCtxBits: args.RxCtxBits}
 	switch args.Type {
-	case "", "table":
+	case "":
+		attr.Type = av.TypeUnspec // any, for an existing AV; a new one is a table
+	case "table":
 		attr.Type = av.TypeTable
 	case "map":
 		attr.Type = av.TypeMap
 	default:
-		return ctl.AVInfo{}, fmt.Errorf("AV type %q: want table or map: %w", args.Type, fi.EINVAL)
+		return ctl.AVInfo{}, fmt.Errorf("av create: AV type %q: want table or map: %w", args.Type, fi.EINVAL)
 	}
 	if args.UserID {
 		attr.Flags |= fi.AVUserID
 	}
-	if args.Name == "" {
-		return ctl.AVInfo{}, fmt.Errorf("av create: a name is required (the agent holds named AVs only): %w", fi.EINVAL)
+	// An AV that exists is opened, as fi_av_open opens a named AV: the
+	// caller must ask for the shape it has (a type, if any, FI_AV_USER_ID,
+	// rx_ctx_bits), else EINVAL naming what it is. Opening changes
+	// nothing, so anyone may.
+	a.mu.Lock()
+	exists := a.avs[args.Name] != nil || av.Exists(a.dp, args.Name)
+	a.mu.Unlock()
+	if exists {
+		v, err := a.namedAV(args.Name)
+		if err != nil {
+			return ctl.AVInfo{}, fmt.Errorf("av create: %w", err)
+		}
+		if err := sameShape(args.Name, v.Attr(), attr); err != nil {
+			return ctl.AVInfo{}, err
+		}
+		rec.add("created", false)
+		return a.avInfo(args.Name)
 	}
 	gid, err := a.avGroup(who, args.Group)
 	if err != nil {
@@ -144,9 +162,9 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) 
 	}
 	attr.Owner = &av.Owner{UID: who.uid, Group: gid}
 	a.mu.Lock()
+	created := false
 	if a.avs[args.Name] == nil {
-		// Opening an AV that exists is fine for anyone (it changes nothing);
-		// creating one counts against the caller's quota.
+		// Creating one counts against the caller's quota.
 		exists := av.Exists(a.dp, args.Name)
 		if !exists && !who.root() && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID {
 			a.mu.Unlock()
@@ -158,12 +176,37 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs) (ctl.AVInfo, error) 
 			return ctl.AVInfo{}, fmt.Errorf("av create %q: %w", args.Name, err)
 		}
 		a.avs[args.Name] = v
-		if !exists {
-			a.log.Info("av created", "name", args.Name, "uid", who.uid, "pid", who.pid, "group", args.Group)
-		}
+		created = !exists
 	}
 	a.mu.Unlock()
+	rec.add("created", created)
 	return a.avInfo(args.Name)
+}
+
+// sameShape refuses opening the named AV, which has the attributes have,
+// with the attributes want: another type (unless want's is UNSPEC),
+// another FI_AV_USER_ID or rx_ctx_bits. fi_av_open of a named AV fails
+// the same way (EINVAL, docs/semantics.md#named-avs).
+func sameShape(name string, have, want av.Attr) error {
+	switch {
+	case want.Type != av.TypeUnspec && want.Type != have.Type:
+		return fmt.Errorf("av create %q: exists with type %s, asked for %s: %w", name, typeName(have.Type), typeName(want.Type), fi.EINVAL)
+	case have.Flags&fi.AVUserID != want.Flags&fi.AVUserID:
+		return fmt.Errorf("av create %q: exists with flags %v, asked for %v: %w", name, have.Flags&fi.AVUserID, want.Flags&fi.AVUserID, fi.EINVAL)
+	case have.RxCtxBits != want.RxCtxBits:
+		return fmt.Errorf("av create %q: exists with rx_ctx_bits %d, asked for %d: %w", name, have.RxCtxBits, want.RxCtxBits, fi.EINVAL)
+	}
+	return nil
+}
+
+// typeName is "table" for av.TypeTable, as the control protocol names it.
+func typeName(t av.Type) string { return strings.ToLower(strings.TrimPrefix(t.String(), "FI_AV_")) }
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // MaxPerCall bounds the addresses of one insert request, so that its reply
@@ -174,7 +217,8 @@ const maxPerCall = 16384
 // listPage bounds one page of av.list: an entry is about 130 bytes of JSON.
 const listPage = 4096
 
-func (a *Agent) avInsert(args ctl.AVInsertArgs) (ctl.InsertResult, error) {
+func (a *Agent) avInsert(args ctl.AVInsertArgs, rec *auditRec) (ctl.InsertResult, error) {
+	rec.add("addrs", len(args.Addrs), "user_ids", args.UserIDs != nil)
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return ctl.InsertResult{}, err
@@ -189,8 +233,9 @@ func (a *Agent) avInsert(args ctl.AVInsertArgs) (ctl.InsertResult, error) {
 		return ctl.InsertResult{}, err
 	}
 	addrs := make([]string, len(args.Addrs))
+	malformed := make([]bool, len(args.Addrs))
 	for i, s := range args.Addrs {
-		addrs[i] = toAddrStr(s)
+		addrs[i], malformed[i] = toAddrStr(s)
 	}
 	r := ctl.InsertResult{FiAddrs: make([]fi.Addr, len(addrs)), Errnos: make([]fi.Errno, len(addrs))}
 	flags := args.Flags | fi.SyncErr
@@ -203,7 +248,29 @@ func (a *Agent) avInsert(args ctl.AVInsertArgs) (ctl.InsertResult, error) {
 	if err != nil && !partial(err) {
 		return ctl.InsertResult{}, err
 	}
+	// An address that does not parse is a malformed argument (EINVAL),
+	// not an address the AV cannot take (EADDRNOTAVAIL, the AV's answer).
+	for i, bad := range malformed {
+		if bad {
+			r.Errnos[i] = fi.EINVAL
+		}
+	}
+	insertOutcome(rec, r)
 	return r, nil
+}
+
+// insertOutcome adds an insert's counts to its audit record.
+func insertOutcome(rec *auditRec, r ctl.InsertResult) {
+	failed := 0
+	for _, en := range r.Errnos {
+		if en != 0 {
+			if rec.partial == 0 {
+				rec.partial = en
+			}
+			failed++
+		}
+	}
+	rec.add("inserted", r.Inserted, "failed", failed)
 }
 
 // partial reports whether err only says some elements failed (the
@@ -213,18 +280,21 @@ func partial(err error) bool {
 	return errors.As(err, &ie)
 }
 
-// toAddrStr accepts "1.2.3.4:5", "[2001:2::1]:5" or FI_ADDR_STR.
-func toAddrStr(s string) string {
+// toAddrStr accepts "1.2.3.4:5", "[2001:2::1]:5" or FI_ADDR_STR, and
+// reports whether s is neither.
+func toAddrStr(s string) (string, bool) {
 	if strings.Contains(s, "://") {
-		return s
+		_, err := fi.ParseAddrStr(s)
+		return s, err != nil
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return fi.FormatAddrStr(ap)
+		return fi.FormatAddrStr(ap), false
 	}
-	return s // fails as EADDRNOTAVAIL for that element
+	return s, true // InsertStr fails it; the errno becomes EINVAL
 }
 
-func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs) (ctl.InsertResult, error) {
+func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs, rec *auditRec) (ctl.InsertResult, error) {
+	rec.add("nodes", args.NodeCnt, "services", args.SvcCnt)
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return ctl.InsertResult{}, err
@@ -246,10 +316,12 @@ func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs) (ctl.InsertResult, error) 
 	if err != nil && !partial(err) {
 		return ctl.InsertResult{}, err
 	}
+	insertOutcome(rec, r)
 	return r, nil
 }
 
-func (a *Agent) avRemove(args ctl.AVRemoveArgs) error {
+func (a *Agent) avRemove(args ctl.AVRemoveArgs, rec *auditRec) error {
+	rec.add("fi_addrs", len(args.FiAddrs))
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return err
@@ -329,7 +401,7 @@ func (a *Agent) avStrAddr(args ctl.StrAddrArgs) (string, error) {
 	return string(buf[:min(n, len(buf))-1]), nil
 }
 
-func (a *Agent) avSetUserID(args ctl.AVSetUserIDArgs) error {
+func (a *Agent) avSetUserID(args ctl.AVSetUserIDArgs, _ *auditRec) error {
 	v, err := a.namedAV(args.Name)
 	if err != nil {
 		return err
@@ -339,7 +411,7 @@ func (a *Agent) avSetUserID(args ctl.AVSetUserIDArgs) error {
 
 // avDestroy closes the agent's handle and destroys the AV under a.mu, so
 // no request reopens it (or binds an endpoint to it) in between.
-func (a *Agent) avDestroy(name string, who caller) error {
+func (a *Agent) avDestroy(name string, rec *auditRec) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if v := a.avs[name]; v != nil {
@@ -348,9 +420,14 @@ func (a *Agent) avDestroy(name string, who caller) error {
 		}
 		delete(a.avs, name)
 	}
+	n := 0
+	if v, err := av.Open(a.dp, &av.Attr{Name: name, Flags: fi.Read}); err == nil {
+		n, _ = v.Len()
+		v.Close()
+	}
 	if err := av.Destroy(a.dp, name); err != nil {
 		return err
 	}
-	a.log.Info("av destroyed", "name", name, "uid", who.uid, "pid", who.pid)
+	rec.add("entries", n)
 	return nil
 }

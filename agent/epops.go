@@ -90,7 +90,8 @@ func (a *Agent) releaseEP(uid uint32, umem int64) {
 
 // epOpen prepares an endpoint for the client and hands its descriptors
 // over; the connection owns it from then on.
-func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (_ ctl.EPOpenResult, _ []int, err error) {
+func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOpenResult, _ []int, err error) {
+	rec.add("iface", args.Iface, "local", args.Local, "av", args.AV, "rx_contexts", args.RxContexts, "queues", args.Queues, "frames", args.Frames)
 	local, err := a.checkEPOpen(args)
 	if err != nil {
 		return ctl.EPOpenResult{}, nil, err
@@ -126,7 +127,7 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs) (_ ctl.EPOpenResult, _ []i
 	cn.mu.Lock()
 	cn.eps = append(cn.eps, e)
 	cn.mu.Unlock()
-	a.log.Info("endpoint prepared", "id", info.ID, "local", args.Local, "iface", args.Iface, "pid", e.pid, "uid", cn.who.uid)
+	rec.add("id", info.ID)
 	return ctl.EPOpenResult{Handover: info}, fds, nil
 }
 
@@ -136,7 +137,6 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 	for i, e := range cn.eps {
 		if e.p.ID() == id {
 			cn.eps = append(cn.eps[:i], cn.eps[i+1:]...)
-			a.log.Info("endpoint closed", "id", id, "uid", cn.who.uid)
 			defer a.releaseEP(cn.who.uid, e.umem)
 			return e.p.Close()
 		}
@@ -163,10 +163,8 @@ func (a *Agent) releaseClient(cn *conn) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	for _, e := range cn.eps {
-		a.log.Info("releasing endpoint of a gone client", "id", e.p.ID(), "pid", e.pid)
-		if err := e.p.Close(); err != nil {
-			a.log.Warn("release endpoint", "id", e.p.ID(), "err", err)
-		}
+		err := e.p.Close()
+		a.audit(cn.who, "ep.close", err, &auditRec{attrs: []any{"id", e.p.ID(), "local", e.local, "reason", "connection closed"}})
 		a.releaseEP(cn.who.uid, e.umem)
 	}
 	cn.eps = nil

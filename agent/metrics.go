@@ -7,29 +7,35 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/version"
 )
 
 // collector reads the kernel's state at scrape time: nothing is cached, so
-// a scrape shows what the maps and sockets say now.
+// a scrape shows what the maps and sockets say now. docs/OPERATIONS.md
+// lists every metric.
 type collector struct {
-	a                                       *Agent
-	packets, avEntries, mapEntries, mapSize *prometheus.Desc
-	endpoints, clients, restarts, up        *prometheus.Desc
+	a                                     *Agent
+	rx, packets, avEntries, mapEntries    *prometheus.Desc
+	mapSize, endpoints, clients, restarts *prometheus.Desc
+	buildInfo                             *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
 	return &collector{
 		a:          a,
-		packets:    prometheus.NewDesc("xdpfab_xdp_packets_total", "Frames the XDP program saw, by outcome (rx counts every frame once).", []string{"iface", "outcome"}, nil),
+		rx:         prometheus.NewDesc("xdpfab_xdp_rx_packets_total", "Frames the XDP program saw on an interface.", []string{"iface"}, nil),
+		packets:    prometheus.NewDesc("xdpfab_xdp_packets_total", "Frames the XDP program saw, by what it did with them; every frame counts in exactly one outcome, so the sum over outcomes is xdpfab_xdp_rx_packets_total.", []string{"iface", "outcome"}, nil),
 		avEntries:  prometheus.NewDesc("xdpfab_av_entries", "Addresses in a named address vector.", []string{"av"}, nil),
 		mapEntries: prometheus.NewDesc("xdpfab_map_entries", "Entries in a BPF map.", []string{"map"}, nil),
 		mapSize:    prometheus.NewDesc("xdpfab_map_max_entries", "Capacity of a BPF map.", []string{"map"}, nil),
 		endpoints:  prometheus.NewDesc("xdpfab_endpoints", "Endpoints in the XDP endpoint table.", nil, nil),
 		clients:    prometheus.NewDesc("xdpfab_agent_clients", "Connected control-socket clients.", nil, nil),
-		restarts:   prometheus.NewDesc("xdpfab_agent_restarts_total", "Agent starts on this dataplane before the current one.", nil, nil),
-		up:         prometheus.NewDesc("xdpfab_agent_uptime_seconds", "Seconds since this agent started.", nil, nil),
+		restarts:   prometheus.NewDesc("xdpfab_agent_restarts_total", "Agent starts that adopted the pinned dataplane an earlier agent left (persisted in the maps).", nil, nil),
+		buildInfo: prometheus.NewDesc("xdpfab_build_info", "The agent's build; always 1.",
+			[]string{"version", "revision", "goversion", "bpf_object_sha256"}, nil),
 	}
 }
 
@@ -52,6 +58,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit := func(iface string, row [bpf.NumCounters]uint64) {
 		for i, v := range row {
+			if bpf.Counter(i) == bpf.CounterRX {
+				ch <- prometheus.MustNewConstMetric(c.rx, prometheus.CounterValue, float64(v), iface)
+				continue
+			}
 			ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(v), iface, bpf.Counter(i).String())
 		}
 	}
@@ -76,13 +86,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(len(s.Endpoints)))
 	ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(s.Clients))
 	ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(s.Restarts))
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, time.Since(a.started).Seconds())
+	v := version.Get()
+	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, v.Version, v.Commit, v.GoVersion, v.BPFObject)
 	a.collectEndpoints(ch)
 }
 
 func (a *Agent) serveMetrics() error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(a))
+	reg.MustRegister(newCollector(a),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)

@@ -99,7 +99,7 @@ func TestDeadLibraryProcessReclaimed(t *testing.T) {
 	if used := capacity(t, n); used != usedBefore {
 		t.Errorf("AV capacity in use %d after the dead process's was reclaimed, want %d", used, usedBefore)
 	}
-	if !strings.Contains(n.logs.String(), "removed the endpoint of a dead process") {
+	if !strings.Contains(n.logs.String(), `msg=audit op=ep.close`) || !strings.Contains(n.logs.String(), `reason="owner process gone"`) {
 		t.Errorf("no log line for the reclaimed endpoint:\n%s", n.logs.String())
 	}
 	// The address is free: an endpoint binds it again.

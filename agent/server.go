@@ -47,7 +47,7 @@ func (a *Agent) accept() error {
 			credErr = err
 		}
 		if err := a.admit(cn, credErr); err != nil {
-			a.log.Warn("connection refused", "uid", cn.who.uid, "pid", cn.who.pid, "err", err)
+			a.audit(cn.who, "connect", err, nil)
 			a.refuse(c, err)
 			continue
 		}
@@ -263,22 +263,23 @@ func plain[A, R any](op ctl.Op[A, R], f func(args A) (R, error)) (string, handle
 	})
 }
 
-// writeAV guards a handler that changes the AV its arguments name: the
-// caller must be allowed to write it (mayWriteAV).
-func writeAV[A, R any](a *Agent, what string, name func(A) string, f func(A) (R, error)) func(*conn, A) (R, []int, error) {
-	return func(cn *conn, args A) (R, []int, error) {
+// writeAV guards an audited handler that changes the AV its arguments
+// name: the caller must be allowed to write it (mayWriteAV).
+func writeAV[A, R any](a *Agent, what string, name func(A) string, f func(A, *auditRec) (R, error)) func(*conn, A, *auditRec) (R, []int, error) {
+	return func(cn *conn, args A, rec *auditRec) (R, []int, error) {
+		rec.add("av", name(args))
 		if err := a.mayWriteAV(cn.who, what, name(args)); err != nil {
 			var zero R
 			return zero, nil, err
 		}
-		r, err := f(args)
+		r, err := f(args, rec)
 		return r, nil, err
 	}
 }
 
-// none adapts a function without result to a handler body.
-func none[A any](f func(A) error) func(A) (ctl.None, error) {
-	return func(args A) (ctl.None, error) { return ctl.None{}, f(args) }
+// none adapts an audited function without result to a handler body.
+func none[A any](f func(A, *auditRec) error) func(A, *auditRec) (ctl.None, error) {
+	return func(args A, rec *auditRec) (ctl.None, error) { return ctl.None{}, f(args, rec) }
 }
 
 // handlerTable is the agent's dispatch table: one entry per operation.
@@ -287,31 +288,31 @@ func (a *Agent) handlerTable() map[string]handler {
 	add := func(name string, h handler) { t[name] = h }
 	add(plain(ctl.OpStatus, func(ctl.None) (ctl.Status, error) { return a.status(true) }))
 	add(plain(ctl.OpStats, func(ctl.None) (map[string]uint64, error) { return a.stats() }))
-	add(typed(ctl.OpDetach, func(cn *conn, args ctl.DetachArgs) (ctl.None, []int, error) {
+	add(audited(a, ctl.OpDetach, func(cn *conn, args ctl.DetachArgs, rec *auditRec) (ctl.None, []int, error) {
+		rec.add("iface", args.Iface)
 		if err := a.requireAdmin(cn.who, "detach "+args.Iface); err != nil {
 			return ctl.None{}, nil, err
 		}
-		return ctl.None{}, nil, a.detach(args.Iface, cn.who)
+		return ctl.None{}, nil, a.detach(args.Iface)
 	}))
-	add(typed(ctl.OpAVCreate, func(cn *conn, args ctl.AVCreateArgs) (ctl.AVInfo, []int, error) {
-		r, err := a.avCreate(cn.who, args)
+	add(audited(a, ctl.OpAVCreate, func(cn *conn, args ctl.AVCreateArgs, rec *auditRec) (ctl.AVInfo, []int, error) {
+		r, err := a.avCreate(cn.who, args, rec)
 		return r, nil, err
 	}))
-	add(typed(ctl.OpAVInsert, writeAV(a, "av insert", func(args ctl.AVInsertArgs) string { return args.Name }, a.avInsert)))
-	add(typed(ctl.OpAVInsertSym, writeAV(a, "av insertsym", func(args ctl.AVInsertSymArgs) string { return args.Name }, a.avInsertSym)))
-	add(typed(ctl.OpAVRemove, writeAV(a, "av remove", func(args ctl.AVRemoveArgs) string { return args.Name }, none(a.avRemove))))
+	add(audited(a, ctl.OpAVInsert, writeAV(a, "av insert", func(args ctl.AVInsertArgs) string { return args.Name }, a.avInsert)))
+	add(audited(a, ctl.OpAVInsertSym, writeAV(a, "av insertsym", func(args ctl.AVInsertSymArgs) string { return args.Name }, a.avInsertSym)))
+	add(audited(a, ctl.OpAVRemove, writeAV(a, "av remove", func(args ctl.AVRemoveArgs) string { return args.Name }, none(a.avRemove))))
 	add(plain(ctl.OpAVLookup, a.avLookup))
 	add(plain(ctl.OpAVList, a.avList))
 	add(plain(ctl.OpAVStrAddr, a.avStrAddr))
-	add(typed(ctl.OpAVSetUserID, writeAV(a, "av set-user-id", func(args ctl.AVSetUserIDArgs) string { return args.Name }, none(a.avSetUserID))))
-	add(typed(ctl.OpAVDestroy, func(cn *conn, args ctl.AVNameArgs) (ctl.None, []int, error) {
-		if err := a.mayWriteAV(cn.who, "av destroy", args.Name); err != nil {
-			return ctl.None{}, nil, err
-		}
-		return ctl.None{}, nil, a.avDestroy(args.Name, cn.who)
-	}))
-	add(typed(ctl.OpEPOpen, a.epOpen))
-	add(typed(ctl.OpEPClose, func(cn *conn, args ctl.EPCloseArgs) (ctl.None, []int, error) {
+	add(audited(a, ctl.OpAVSetUserID, writeAV(a, "av set-user-id", func(args ctl.AVSetUserIDArgs) string { return args.Name }, none(a.avSetUserID))))
+	add(audited(a, ctl.OpAVDestroy, writeAV(a, "av destroy", func(args ctl.AVNameArgs) string { return args.Name },
+		func(args ctl.AVNameArgs, rec *auditRec) (ctl.None, error) {
+			return ctl.None{}, a.avDestroy(args.Name, rec)
+		})))
+	add(audited(a, ctl.OpEPOpen, a.epOpen))
+	add(audited(a, ctl.OpEPClose, func(cn *conn, args ctl.EPCloseArgs, rec *auditRec) (ctl.None, []int, error) {
+		rec.add("id", args.ID)
 		return ctl.None{}, nil, a.epClose(cn, args.ID)
 	}))
 	add(typed(ctl.OpEPReport, func(cn *conn, args ctl.EPReportArgs) (ctl.None, []int, error) {

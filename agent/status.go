@@ -100,7 +100,7 @@ func policyName(p bpf.Policy) string {
 	return "notavail"
 }
 
-func (a *Agent) detach(iface string, who caller) error {
+func (a *Agent) detach(iface string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i, att := range a.atts {
@@ -109,7 +109,6 @@ func (a *Agent) detach(iface string, who caller) error {
 				return fmt.Errorf("detach %s: %w", iface, err)
 			}
 			a.atts = append(a.atts[:i], a.atts[i+1:]...)
-			a.log.Info("xdp detached", "iface", iface, "uid", who.uid, "pid", who.pid)
 			return nil
 		}
 	}

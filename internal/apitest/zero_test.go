@@ -270,8 +270,9 @@ func funcs() map[string]any {
 		"wire.Source":               wire.Source,
 		"wire.AppendSourceSockaddr": wire.AppendSourceSockaddr,
 
-		"bpf.LoadSpec": bpf.LoadSpec,
-		"bpf.MakeAddr": bpf.MakeAddr,
+		"bpf.LoadSpec":     bpf.LoadSpec,
+		"bpf.MakeAddr":     bpf.MakeAddr,
+		"bpf.ObjectSHA256": bpf.ObjectSHA256,
 	}
 }
 

@@ -1,0 +1,126 @@
+package agent_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+)
+
+// scrapeText fetches /metrics as text, from inside host A's namespace.
+func (n *node) scrapeText() string {
+	n.t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return n.bed.A.Dial(network, addr)
+	}}}
+	resp, err := hc.Get("http://" + n.metrics + "/metrics")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// lintMetrics checks a scrape by Prometheus' conventions (promlint, the
+// checks of `promtool check metrics`), and keeps it in
+// $XDPFAB_METRICS_SCRAPE when set, for .ci/run's promtool.
+func lintMetrics(t *testing.T, text string) {
+	t.Helper()
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatalf("lint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+	if path := os.Getenv("XDPFAB_METRICS_SCRAPE"); path != "" {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// The agent's metrics follow Prometheus' conventions: lint clean, received
+// frames a counter of their own (the outcomes add up to it, so sum() over
+// xdpfab_xdp_packets_total counts every frame once), build information,
+// Go and process collectors.
+func TestMetricsConventions(t *testing.T) {
+	n := newNode(t)
+	n.startAgent()
+	// Frames to no endpoint: the program passes them, counted.
+	var uc *net.UDPConn
+	if err := n.bed.B.Do(func() (err error) {
+		uc, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: n.bed.A.IPv4.AsSlice(), Port: 9})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	for range 20 {
+		uc.Write([]byte("x"))
+	}
+	text := n.scrapeText()
+	lintMetrics(t, text)
+	m := parseMetrics(t, strings.NewReader(text))
+	iface := testbed.LinkName
+	rx := m[`xdpfab_xdp_rx_packets_total{iface="`+iface+`"}`]
+	var sum float64
+	for k, v := range m {
+		if strings.HasPrefix(k, `xdpfab_xdp_packets_total{iface="`+iface+`"`) {
+			sum += v
+		}
+	}
+	if rx < 10 || sum != rx { // the first datagrams wait for ARP, which keeps only the last few
+		t.Errorf("rx %v, outcomes add up to %v: want equal, at least 10", rx, sum)
+	}
+	if strings.Contains(text, `outcome="rx"`) {
+		t.Errorf(`outcome="rx" is still among the outcomes`)
+	}
+	build := regexp.MustCompile(`(?m)^xdpfab_build_info\{bpf_object_sha256="([0-9a-f]{64})",goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`).FindStringSubmatch(text)
+	if build == nil || build[1] != bpf.ObjectSHA256() {
+		t.Errorf("xdpfab_build_info missing or wrong:\n%s", grepLines(text, "build_info"))
+	}
+	for _, want := range []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_start_time_seconds ",
+		"process_resident_memory_bytes ", "process_open_fds ", "xdpfab_agent_restarts_total 0", "xdpfab_agent_clients "} {
+		if !strings.Contains(text, "\n"+want) {
+			t.Errorf("no %q in the scrape", want)
+		}
+	}
+	// Every metric of ours is documented in OPERATIONS.md.
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`(?m)^# TYPE (xdpfab_\w+) `).FindAllStringSubmatch(text, -1) {
+		if !strings.Contains(string(doc), "`"+name[1]+"`") {
+			t.Errorf("docs/OPERATIONS.md does not list %s", name[1])
+		}
+	}
+	for _, name := range []string{"xdpfab_cq_depth", "xdpfab_cq_lost_total", "xdpfab_cq_overrun", "xdpfab_endpoint_socket_events_total"} {
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("docs/OPERATIONS.md does not list %s", name)
+		}
+	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
