@@ -2,11 +2,14 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testutil/jsonschema"
@@ -114,6 +117,21 @@ func TestCLIJSON(t *testing.T) {
 	out, errOut, code = n.run("av", "list", "--name", "nope", "-o", "json")
 	if code != int(fi.ENOENT) || out != "" || s.Validate([]byte(errOut)) != nil || !strings.Contains(errOut, `"errno":2`) {
 		t.Errorf("list of no AV: exit %d %q %q", code, out, errOut)
+	}
+	// stats --watch: JSON Lines, one stats_rate document per interval.
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, xdpfabBin, "stats", "--watch", "200ms", "-o", "json", "--socket", n.socket)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	watch, _ := cmd.Output()
+	lines := strings.Split(strings.TrimSpace(string(watch)), "\n")
+	if len(lines) < 2 {
+		t.Errorf("stats --watch 200ms for 0.7 s: %d lines\n%s", len(lines), watch)
+	}
+	for _, l := range lines {
+		if err := s.Validate([]byte(l)); err != nil || !strings.Contains(l, `"kind":"stats_rate"`) {
+			t.Errorf("stats --watch line: %v\n%s", err, l)
+		}
 	}
 	doc("av_destroy", "av", "destroy", "--name", "job")
 	doc("detach", "detach", "--iface", "veth0")
