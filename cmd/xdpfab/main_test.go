@@ -158,8 +158,11 @@ func TestVersion(t *testing.T) {
 	if r2 := run(t, "--version", "-o", "json"); r2.stdout != r.stdout {
 		t.Errorf("--version -o json:\n%s", r2.stdout)
 	}
-	// The binary was built from this work tree with VCS stamping.
-	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+	// The binary was built from this work tree with VCS stamping (which the
+	// go command does in a clone: a .git directory, not a worktree's file).
+	if st, err := os.Stat("../../.git"); err != nil || !st.IsDir() {
+		t.Logf("no .git directory: the build is not stamped")
+	} else if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
 		if c := strings.TrimSpace(string(head)); m["commit"] != c || !strings.Contains(text.stdout, "commit      "+c) {
 			t.Errorf("commit %v, want %s (git rev-parse HEAD)\n%s", m["commit"], c, text.stdout)
 		}
