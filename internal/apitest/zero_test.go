@@ -269,6 +269,9 @@ func funcs() map[string]any {
 		"wire.ParseMeta":            wire.ParseMeta,
 		"wire.Source":               wire.Source,
 		"wire.AppendSourceSockaddr": wire.AppendSourceSockaddr,
+		"wire.ParseUDP":             wire.ParseUDP,
+		"wire.Checksum16":           wire.Checksum16,
+		"wire.PseudoHeaderSum":      wire.PseudoHeaderSum,
 
 		"bpf.LoadSpec":     bpf.LoadSpec,
 		"bpf.MakeAddr":     bpf.MakeAddr,
