@@ -45,6 +45,7 @@ func (a *Agent) status(withCounters bool) (ctl.Status, error) {
 		{Name: bpf.MapAVRev, MaxEntries: a.dp.AVRev.MaxEntries(), Entries: count[bpf.RevKey, bpf.RevVal](a.dp.AVRev)},
 		{Name: bpf.MapAuthKey, MaxEntries: a.dp.AuthKey.MaxEntries(), Entries: count[bpf.RevKey, bpf.AuthKeyVal](a.dp.AuthKey)},
 		{Name: bpf.MapEP, MaxEntries: a.dp.EP.MaxEntries(), Entries: len(s.Endpoints)},
+		{Name: bpf.MapLocal, MaxEntries: a.dp.Local.MaxEntries(), Entries: count[bpf.Addr, uint32](a.dp.Local)},
 	}
 	for _, name := range a.namedAVs() {
 		if info, err := a.avInfo(name); err == nil {

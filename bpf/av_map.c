@@ -7,8 +7,12 @@
  * translate its source (address, port) through the endpoint's address vector
  * (xdpfab_av) into an fi_addr and user id, write them in front of the frame
  * as struct rx_meta, and redirect the frame to the endpoint's AF_XDP
- * socket. Everything else passes to the kernel untouched: the program never
- * writes a frame it does not redirect. The parsing is xdpfab_parse.h's.
+ * socket, once it passed the checks the kernel makes before delivering a
+ * datagram (IP header, lengths, checksums: xdpfab_parse.h). A datagram
+ * to an endpoint that fails them is dropped and counted; everything else
+ * passes to the kernel untouched, malformed or not: the program never
+ * writes a frame it does not redirect. internal/xdpmodel is its reference
+ * model in Go.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -51,26 +55,41 @@ int xdpfab_rx(struct xdp_md *ctx)
 	cbase *= STAT_MAX;
 	count(STAT_RX, 0);
 
-	/* 1. A UDP datagram (Ethernet, VLAN tags, IPv4 or IPv6), or not ours. */
+	/* 1. A UDP datagram (Ethernet, VLAN tags, IPv4 or IPv6) with its
+	 * destination, or not ours. */
 	if (!parse_udp(&pkt, data, end))
 		return count(STAT_PASS, XDP_PASS);
 
 	/* 2. To a local endpoint: its address, else the family's wildcard. */
 	ek.local = pkt.dst;
 	ep = bpf_map_lookup_elem(&xdpfab_ep, &ek);
+	int wild = 0;
 	if (!ep) {
 		__builtin_memset(ek.local.addr, 0, sizeof(ek.local.addr));
 		ep = bpf_map_lookup_elem(&xdpfab_ep, &ek);
 		if (!ep)
 			return count(STAT_PASS, XDP_PASS);
+		wild = 1;
 	}
 
-	/* 3. From here on the datagram is ours: lengths and header, or drop. */
+	/* 3. Only to a unicast address, and for a wildcard endpoint one of the
+	 * host's: anything else to the port (broadcast, multicast, loopback,
+	 * another host's address) is not the endpoint's; the kernel decides. */
+	if (!dst_unicast(&pkt.dst) || (wild && !dst_local(&pkt.dst)))
+		return count(STAT_NOT_LOCAL, XDP_PASS);
+
+	/* 4. From here on the datagram is ours: what the kernel would check
+	 * (IP header, lengths, checksums), then the xdpfab header, or drop. */
+	int bad = check_ip(&pkt, end);
+	if (!bad)
+		bad = check_udp(&pkt, end);
+	if (bad)
+		return count(bad, XDP_DROP);
 	struct wire_hdr *hdr = parse_hdr(&pkt, end, ep->rx_ctxs);
 	if (!hdr)
 		return count(STAT_MALFORMED, XDP_DROP);
 
-	/* 4. The source in the endpoint's AV. An endpoint enabled with an auth
+	/* 5. The source in the endpoint's AV. An endpoint enabled with an auth
 	 * key knows only peers bound to that key that also carry it on the
 	 * wire. */
 	ak.av_id = ep->av_id;
@@ -80,7 +99,7 @@ int xdpfab_rx(struct xdp_md *ctx)
 	    (av->auth_key != ep->auth_key || hdr->auth_key != bpf_htonl(ep->auth_key)))
 		av = NULL;
 
-	/* 5. Unknown sources follow the endpoint's policy. */
+	/* 6. Unknown sources follow the endpoint's policy. */
 	__u16 mflags = 0;
 	__u64 fi_addr = ~0ULL, user_id = ~0ULL;
 	if (av) {
@@ -95,7 +114,7 @@ int xdpfab_rx(struct xdp_md *ctx)
 		mflags = XDPFAB_META_SOURCE_ERR;
 	}
 
-	/* 6. The socket: receive context and rx queue pick the XSKMAP slot. */
+	/* 7. The socket: receive context and rx queue pick the XSKMAP slot. */
 	__u32 queue = ctx->rx_queue_index;
 	if (queue >= ep->queues)
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
@@ -106,7 +125,7 @@ int xdpfab_rx(struct xdp_md *ctx)
 	__u16 payload_len = pkt.udp_len - sizeof(struct udphdr) - sizeof(*hdr);
 	__u32 ep_id = ep->ep_id;
 
-	/* 7. The metadata in front of the frame. Packet pointers are invalid
+	/* 8. The metadata in front of the frame. Packet pointers are invalid
 	 * after adjust_meta. */
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct rx_meta)))
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
@@ -126,7 +145,7 @@ int xdpfab_rx(struct xdp_md *ctx)
 	meta->rx_ctx = rx_ctx;
 	meta->pad = 0;
 
-	/* 8. Redirect. */
+	/* 9. Redirect. */
 	long act = bpf_redirect_map(&xdpfab_xsks, slot, XDP_DROP);
 	if (act != XDP_REDIRECT)
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);

@@ -15,11 +15,13 @@ func _() {
 	_ = x[CounterMalformed-4]
 	_ = x[CounterPass-5]
 	_ = x[CounterRedirectFail-6]
+	_ = x[CounterCsumError-7]
+	_ = x[CounterNotLocal-8]
 }
 
-const _Counter_name = "rxtranslatedunknown_sourcedropped_policymalformedpassedredirect_failed"
+const _Counter_name = "rxtranslatedunknown_sourcedropped_policymalformedpassedredirect_failedcsum_errornot_local"
 
-var _Counter_index = [...]uint8{0, 2, 12, 26, 40, 49, 55, 70}
+var _Counter_index = [...]uint8{0, 2, 12, 26, 40, 49, 55, 70, 80, 89}
 
 func (i Counter) String() string {
 	idx := int(i) - 0

@@ -94,6 +94,8 @@ const (
 	CounterMalformed    Counter = kernCounterSTAT_MALFORMED     // malformed
 	CounterPass         Counter = kernCounterSTAT_PASS          // passed
 	CounterRedirectFail Counter = kernCounterSTAT_REDIRECT_FAIL // redirect_failed
+	CounterCsumError    Counter = kernCounterSTAT_CSUM_ERROR    // csum_error
+	CounterNotLocal     Counter = kernCounterSTAT_NOT_LOCAL     // not_local
 )
 
 // NumCounters is the number of counters (STAT_MAX).
@@ -110,6 +112,7 @@ const (
 	MapXSKs    = kernMapXdpfabXsks
 	MapStats   = kernMapXdpfabStats
 	MapAVPool  = kernMapXdpfabAvpool
+	MapLocal   = kernMapXdpfabLocal
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.

@@ -77,6 +77,12 @@ func fixture(t *testing.T) *loader.Objects {
 			t.Fatal(err)
 		}
 	}
+	// The host's addresses, which the wildcard endpoints receive on.
+	for _, a := range []string{"198.18.100.77", "2001:2:100::77"} {
+		if err := dp.PutLocalAddr(netip.MustParseAddr(a), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return dp
 }
 
@@ -251,7 +257,8 @@ func TestXDPTruncated(t *testing.T) {
 }
 
 // Length fields that lie: UDP length beyond the IP payload, IP length
-// shorter than the headers.
+// shorter than the headers. (TestXDPKernelChecks has the IP lengths
+// beyond the frame.)
 func TestXDPLengths(t *testing.T) {
 	dp := fixture(t)
 	// UDP length beyond the IP payload, with Ethernet padding so the frame
@@ -261,9 +268,12 @@ func TestXDPLengths(t *testing.T) {
 	binary.BigEndian.PutUint16(udpLen, binary.BigEndian.Uint16(udpLen)+8)
 	check(t, dp, f, bpf.XDPMD{}, want{verdict: xdpDrop, counter: bpf.CounterMalformed})
 
+	// IP total length below the header: a datagram to an endpoint, so
+	// malformed (it passed to the kernel before the IP checks).
 	f = wire.Build(spec(known4, ep4))
-	binary.BigEndian.PutUint16(f[14+2:], 10) // IP total length < IHL
-	check(t, dp, f, bpf.XDPMD{}, want{verdict: xdpPass, counter: bpf.CounterPass})
+	binary.BigEndian.PutUint16(f[14+2:], 10)
+	fixIPv4(f[14:34])
+	check(t, dp, f, bpf.XDPMD{}, want{verdict: xdpDrop, counter: bpf.CounterMalformed})
 
 	// Ethernet padding after the datagram is fine: lengths come from UDP.
 	f = append(wire.Build(spec(known4, ep4)), make([]byte, 20)...)

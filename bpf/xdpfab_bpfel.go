@@ -63,7 +63,9 @@ const (
 	kernCounterSTAT_MALFORMED     kernCounter = 4
 	kernCounterSTAT_PASS          kernCounter = 5
 	kernCounterSTAT_REDIRECT_FAIL kernCounter = 6
-	kernCounterSTAT_MAX           kernCounter = 7
+	kernCounterSTAT_CSUM_ERROR    kernCounter = 7
+	kernCounterSTAT_NOT_LOCAL     kernCounter = 8
+	kernCounterSTAT_MAX           kernCounter = 9
 )
 
 type kernEpKey struct {
@@ -143,6 +145,7 @@ const (
 	kernMapXdpfabAvpool  = "xdpfab_avpool"
 	kernMapXdpfabAvrev   = "xdpfab_avrev"
 	kernMapXdpfabEp      = "xdpfab_ep"
+	kernMapXdpfabLocal   = "xdpfab_local"
 	kernMapXdpfabStats   = "xdpfab_stats"
 	kernMapXdpfabXsks    = "xdpfab_xsks"
 	kernProgXdpfabRx     = "xdpfab_rx"
@@ -203,6 +206,7 @@ type kernMapSpecs struct {
 	XdpfabAvpool  *ebpf.MapSpec `ebpf:"xdpfab_avpool"`
 	XdpfabAvrev   *ebpf.MapSpec `ebpf:"xdpfab_avrev"`
 	XdpfabEp      *ebpf.MapSpec `ebpf:"xdpfab_ep"`
+	XdpfabLocal   *ebpf.MapSpec `ebpf:"xdpfab_local"`
 	XdpfabStats   *ebpf.MapSpec `ebpf:"xdpfab_stats"`
 	XdpfabXsks    *ebpf.MapSpec `ebpf:"xdpfab_xsks"`
 }
@@ -239,6 +243,7 @@ type kernMaps struct {
 	XdpfabAvpool  *ebpf.Map `ebpf:"xdpfab_avpool"`
 	XdpfabAvrev   *ebpf.Map `ebpf:"xdpfab_avrev"`
 	XdpfabEp      *ebpf.Map `ebpf:"xdpfab_ep"`
+	XdpfabLocal   *ebpf.Map `ebpf:"xdpfab_local"`
 	XdpfabStats   *ebpf.Map `ebpf:"xdpfab_stats"`
 	XdpfabXsks    *ebpf.Map `ebpf:"xdpfab_xsks"`
 }
@@ -251,6 +256,7 @@ func (m *kernMaps) Close() error {
 		m.XdpfabAvpool,
 		m.XdpfabAvrev,
 		m.XdpfabEp,
+		m.XdpfabLocal,
 		m.XdpfabStats,
 		m.XdpfabXsks,
 	)

@@ -14,7 +14,8 @@
 
 /* Per-CPU counters (index into xdpfab_stats). Every frame the program sees
  * counts once in RX and exactly once in one of the outcome counters, so
- * rx == translated + unknown + drop_policy + malformed + pass + redirect_fail.
+ * rx == translated + unknown + drop_policy + malformed + pass +
+ * redirect_fail + csum_error + not_local.
  *
  * The enums are Go's too: bpf2go -type makes bpf.Counter and bpf.Policy of
  * them from the object's BTF, naming each constant after its type and
@@ -25,10 +26,13 @@ enum counter {
 	STAT_TRANSLATED = 1,    /* redirected, source found in the AV */
 	STAT_UNKNOWN = 2,       /* redirected, source not in the AV */
 	STAT_DROP_POLICY = 3,   /* unknown source, endpoint policy drop */
-	STAT_MALFORMED = 4,     /* to an endpoint, bad xdpfab header/lengths: dropped */
+	STAT_MALFORMED = 4,     /* to an endpoint, bad IP/UDP/xdpfab header or lengths: dropped */
 	STAT_PASS = 5,          /* not ours: XDP_PASS, untouched */
 	STAT_REDIRECT_FAIL = 6, /* ours, but no socket / metadata failed: dropped */
-	STAT_MAX = 7,
+	STAT_CSUM_ERROR = 7,    /* to an endpoint, bad IPv4 header or UDP checksum: dropped */
+	STAT_NOT_LOCAL = 8,     /* to a wildcard endpoint's port, but not to a local
+	                         * unicast address: XDP_PASS, untouched */
+	STAT_MAX = 9,
 };
 
 /* Counters are kept per ingress ifindex: xdpfab_stats[ifindex * STAT_MAX
@@ -53,6 +57,13 @@ enum policy {
 
 /* av_val.flags / rev_val.flags */
 #define XDPFAB_AVF_USER_ID 0x0001 /* completions report user_id */
+
+/* The UDP checksum is verified over at most this many 512-byte chunks
+ * (bpf_csum_diff's limit per call) plus a shorter tail: UDP lengths up to
+ * XDPFAB_CSUM_CHUNKS * 512 + 511 = 4607 bytes. A longer datagram to an
+ * endpoint is malformed: no UMEM frame (4096 bytes, 256 of them headroom)
+ * could hold it anyway. Only generic XDP at a jumbo MTU sees one. */
+#define XDPFAB_CSUM_CHUNKS 8
 
 /* Address families, as in Linux. */
 #define XDPFAB_AF_INET 2

@@ -66,6 +66,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_ep SEC(".maps");
 
+/* The host's local unicast addresses (key: the address with port 0),
+ * which a wildcard endpoint (bound to 0.0.0.0 or ::) receives on: user
+ * space keeps it in step with the kernel's addresses (ep's local-address
+ * watcher); the value is the ifindex the address was seen on. Read by XDP
+ * only for datagrams that matched a wildcard endpoint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct udp_addr);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xdpfab_local SEC(".maps");
+
 /* AF_XDP sockets by slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);

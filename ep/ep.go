@@ -46,6 +46,7 @@ type Endpoint struct {
 
 	claim      *os.File     // the kernel socket holding Local's port (claimPort); nil when adopted
 	registered bool         // this process wrote the endpoint table and XSKMAP
+	unwatch    func()       // a wildcard's hold on the local-address watch (local_linux.go)
 	release    func() error // adopted: tells the agent the endpoint is gone
 
 	closed  atomic.Bool
@@ -351,10 +352,22 @@ func (e *Endpoint) register() error {
 	if e.attr.OwnerPID != 0 {
 		owner = procid.ID{PID: uint32(e.attr.OwnerPID), Start: e.attr.OwnerStart}
 	}
+	if e.attr.Local.Addr().IsUnspecified() {
+		// A wildcard endpoint receives on the host's addresses: XDP must
+		// know them before the entry below is published.
+		var err error
+		if e.unwatch, err = watchLocal(e.dp); err != nil {
+			e.clearSlots(base, n)
+			return fmt.Errorf("ep open: %w", err)
+		}
+	}
 	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues),
 		Policy: policy, AuthKey: e.authKey, OwnerPid: owner.PID, OwnerStart: owner.Start}
 	if err := e.dp.EP.Update(e.key, val, ebpf.UpdateNoExist); err != nil {
 		e.clearSlots(base, n)
+		if e.unwatch != nil {
+			e.unwatch()
+		}
 		if errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("ep open: %v is bound by another endpoint: %w", e.attr.Local, fi.EADDRINUSE)
 		}
@@ -496,5 +509,8 @@ func (e *Endpoint) deregister() error {
 		err = fmt.Errorf("endpoint table: %w", derr)
 	}
 	e.clearSlots(e.xskBase, uint32(len(e.rx)*e.queues))
+	if e.unwatch != nil {
+		e.unwatch()
+	}
 	return err
 }

@@ -45,6 +45,8 @@ type rigOpts struct {
 	// dynamicNeigh leaves neighbour resolution (ARP/NDP) to the kernel
 	// instead of installing static entries.
 	dynamicNeigh bool
+	// mode is the XDP attach mode (default native).
+	mode loader.Mode
 }
 
 // newRig builds two namespaces, attaches the XDP program on both, and opens
@@ -68,7 +70,7 @@ func (r *rig) side(t *testing.T, h *testbed.Host, o rigOpts) *side {
 	t.Helper()
 	s := &side{h: h, local: netip.AddrPortFrom(h.Addr(r.v6), port)}
 	err := h.Do(func() error {
-		att, err := r.dp.Attach(testbed.LinkName, loader.Native)
+		att, err := r.dp.Attach(testbed.LinkName, o.mode)
 		if err != nil {
 			return err
 		}

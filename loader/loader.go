@@ -55,6 +55,9 @@ type Objects struct {
 	// AVPool records the AV capacity each process holds in reserve
 	// (capacity.go); only writers open it.
 	AVPool *ebpf.Map
+	// Local holds the host's unicast addresses, which wildcard endpoints
+	// receive on (local.go); only writers open it.
+	Local *ebpf.Map
 
 	cfg     Config
 	pinned  bool
@@ -146,6 +149,7 @@ func Load(cfg Config) (*Objects, error) {
 	d.Program = objs.XdpfabRx
 	d.AV, d.AVRev, d.AVMeta, d.AuthKey = objs.XdpfabAv, objs.XdpfabAvrev, objs.XdpfabAvmeta, objs.XdpfabAuthkey
 	d.EP, d.XSKs, d.Stats, d.AVPool = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats, objs.XdpfabAvpool
+	d.Local = objs.XdpfabLocal
 	return d, nil
 }
 
@@ -178,7 +182,7 @@ func (d *Objects) Close() error {
 		unlock()
 	}
 	var errs []error
-	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool} {
+	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -202,7 +206,7 @@ func (d *Objects) Unpin() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool} {
+	for _, m := range []*ebpf.Map{d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
 		if m == nil {
 			continue
 		}

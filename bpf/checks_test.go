@@ -1,0 +1,241 @@
+//go:build linux
+
+package bpf_test
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/internal/xdpmodel"
+	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
+	"golang.org/x/sys/unix"
+)
+
+// fixIPv4 rewrites the checksum of the IPv4 header h.
+func fixIPv4(h []byte) {
+	h[10], h[11] = 0, 0
+	binary.BigEndian.PutUint16(h[10:], wire.IPv4Checksum(h))
+}
+
+// mutate builds s, applies f to the frame and the datagram ParseUDP found
+// in it, and fixes the checksums f broke when fix is set, so that f's
+// change is the frame's only defect.
+func mutate(s wire.Frame, fix bool, f func([]byte, wire.Datagram)) []byte {
+	b := wire.Build(s)
+	d, _ := wire.ParseUDP(b)
+	f(b, d)
+	if fix {
+		xdpmodel.FixIPv4Checksum(b, d)
+		xdpmodel.FixUDPChecksum(b, d)
+	}
+	return b
+}
+
+func to(a string, port uint16) netip.AddrPort {
+	return netip.AddrPortFrom(netip.MustParseAddr(a), port)
+}
+
+// Issue 10, finding 7: frames the kernel would never deliver to a UDP
+// socket reached the application. Each kind is now refused, counted in
+// one counter, and never redirected. Before, the program redirected every
+// case up to the fragments but the one marked "already before" (run
+// against the previous object, b9b968c's). The last cases are datagrams
+// the kernel does deliver, which must still be.
+func TestXDPKernelChecks(t *testing.T) {
+	dp := fixture(t)
+	drop := func(c bpf.Counter) want { return want{verdict: xdpDrop, counter: c} }
+	notLocal := want{verdict: xdpPass, counter: bpf.CounterNotLocal}
+	hit6 := want{xdpRedirect, bpf.CounterTranslated, 4, notAvail, wire.MetaKnown, 14, 62, 0}
+	wild4 := func(dst string) []byte { return wire.Build(spec(known4, to(dst, 7100))) }
+	wild6 := func(dst string) []byte {
+		// The IPv6 wildcard's endpoint is added below.
+		return wire.Build(spec(known6, to(dst, 7100)))
+	}
+	if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(to("::", 7100))}, bpf.EPVal{EpId: 8, AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(to("127.0.0.1", 7000))}, bpf.EPVal{EpId: 9, AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		frame []byte
+		want  want
+	}{
+		{"IPv4 header checksum wrong", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[d.L3Off+10] ^= 0x55 }), drop(bpf.CounterCsumError)},
+		{"IPv4 TTL changed, header checksum not", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[d.L3Off+8]-- }), drop(bpf.CounterCsumError)},
+		{"IPv4 options, header checksum wrong", mutate(func() wire.Frame { s := spec(known4, ep4); s.IPOptions = []byte{1, 1, 1, 0}; return s }(), false,
+			func(b []byte, d wire.Datagram) { b[d.L3Off+20] = 7 }), drop(bpf.CounterCsumError)},
+		{"UDP checksum wrong (IPv4)", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[d.L4Off+6] ^= 0x01 }), drop(bpf.CounterCsumError)},
+		{"UDP payload corrupted (IPv4)", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[len(b)-1] ^= 0x80 }), drop(bpf.CounterCsumError)},
+		{"UDP payload corrupted (IPv6)", mutate(spec(known6, ep6), false, func(b []byte, d wire.Datagram) { b[d.L4Off+8+wire.HdrLen] ^= 0x02 }), drop(bpf.CounterCsumError)},
+		{"UDP checksum 0 over IPv6", mutate(spec(known6, ep6), false, func(b []byte, d wire.Datagram) { b[d.L4Off+6], b[d.L4Off+7] = 0, 0 }), drop(bpf.CounterCsumError)},
+		{"IPv4 version 6", mutate(spec(known4, ep4), true, func(b []byte, d wire.Datagram) { b[d.L3Off] = 0x65 }), drop(bpf.CounterMalformed)},
+		{"IPv4 version 0", mutate(spec(known4, ep4), true, func(b []byte, d wire.Datagram) { b[d.L3Off] = 0x05 }), drop(bpf.CounterMalformed)},
+		{"IPv6 version 4", mutate(spec(known6, ep6), true, func(b []byte, d wire.Datagram) { b[d.L3Off] = 0x40 }), drop(bpf.CounterMalformed)},
+		{"IPv4 total length beyond the frame", mutate(spec(known4, ep4), true, func(b []byte, d wire.Datagram) {
+			binary.BigEndian.PutUint16(b[d.L3Off+2:], binary.BigEndian.Uint16(b[d.L3Off+2:])+4)
+		}), drop(bpf.CounterMalformed)},
+		{"IPv6 payload length beyond the frame", mutate(spec(known6, ep6), true, func(b []byte, d wire.Datagram) {
+			binary.BigEndian.PutUint16(b[d.L3Off+4:], binary.BigEndian.Uint16(b[d.L3Off+4:])+4)
+		}), drop(bpf.CounterMalformed)},
+		{"already before: UDP length beyond the IPv6 payload", mutate(spec(known6, ep6), true, func(b []byte, d wire.Datagram) {
+			binary.BigEndian.PutUint16(b[d.L4Off+4:], binary.BigEndian.Uint16(b[d.L4Off+4:])+2)
+		}), drop(bpf.CounterMalformed)},
+		{"martian source 127.0.0.1", wire.Build(spec(to("127.0.0.1", 5000), ep4)), drop(bpf.CounterMalformed)},
+		{"martian source 255.255.255.255", wire.Build(spec(to("255.255.255.255", 5000), ep4)), drop(bpf.CounterMalformed)},
+		{"martian source ff02::1", wire.Build(spec(to("ff02::1", 5000), ep6)), drop(bpf.CounterMalformed)},
+		{"wildcard: limited broadcast", wild4("255.255.255.255"), notLocal},
+		{"wildcard: subnet broadcast", wild4("198.18.100.255"), notLocal},
+		{"wildcard: multicast", wild4("224.0.0.251"), notLocal},
+		{"wildcard: loopback", wild4("127.0.0.1"), notLocal},
+		{"wildcard: 0.0.0.0", wild4("0.0.0.0"), notLocal},
+		{"wildcard: another host's address", wild4("198.18.200.9"), notLocal},
+		{"wildcard IPv6: multicast", wild6("ff02::1"), notLocal},
+		{"wildcard IPv6: loopback", wild6("::1"), notLocal},
+		{"wildcard IPv6: another host's address", wild6("2001:2:200::9"), notLocal},
+		{"endpoint bound to loopback", wire.Build(spec(known4, to("127.0.0.1", 7000))), notLocal},
+		{"still: first fragment passes", mutate(spec(known4, ep4), true, func(b []byte, d wire.Datagram) { b[d.L3Off+6] = 0x20 }), want{verdict: xdpPass, counter: bpf.CounterPass}},
+		{"still: later fragment passes", mutate(spec(known4, ep4), true, func(b []byte, d wire.Datagram) { b[d.L3Off+7] = 0x08 }), want{verdict: xdpPass, counter: bpf.CounterPass}},
+
+		// What the kernel delivers, xdpfab still does.
+		{"UDP checksum 0 over IPv4 (none)", wire.Build(func() wire.Frame { s := spec(known4, ep4); s.NoUDPCsum = true; return s }()), hit4},
+		{"CHECKSUM_PARTIAL (IPv4)", partial(spec(known4, ep4)), hit4},
+		{"CHECKSUM_PARTIAL (IPv6)", partial(spec(known6, ep6)), hit6},
+		{"wildcard: a local address", wild4("198.18.100.77"), hit4},
+		{"wildcard IPv6: a local address", wild6("2001:2:100::77"), want{xdpRedirect, bpf.CounterTranslated, 4, notAvail, wire.MetaKnown, 14, 62, 0}},
+		{"DF set", mutate(spec(known4, ep4), true, func(b []byte, d wire.Datagram) { b[d.L3Off+6] = 0x40 }), hit4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, dp, tc.frame, bpf.XDPMD{}, tc.want)
+			// The model agrees.
+			if got := fixtureTables(t, dp).Run(tc.frame, bpf.XDPMD{IngressIfindex: 1}); got.Action != tc.want.verdict || got.Counter != tc.want.counter {
+				t.Errorf("model: %v, want %d/%v", got, tc.want.verdict, tc.want.counter)
+			}
+		})
+	}
+}
+
+// partial builds s with the UDP checksum field holding the bare
+// pseudo-header sum, as a kernel socket's datagram over veth has it
+// (CHECKSUM_PARTIAL).
+func partial(s wire.Frame) []byte {
+	return mutate(s, false, func(b []byte, d wire.Datagram) {
+		n := int(binary.BigEndian.Uint16(b[d.L4Off+4:]))
+		binary.BigEndian.PutUint16(b[d.L4Off+6:], wire.Checksum16(nil, wire.PseudoHeaderSum(d.Src.Addr(), d.Dst.Addr(), n)))
+	})
+}
+
+// fixtureTables reads dp's tables into the model's form (fixture's
+// socket is in XSKMAP slots 0 and 1).
+func fixtureTables(t *testing.T, dp *loader.Objects) *xdpmodel.Tables {
+	t.Helper()
+	tb, err := xdpmodel.ReadTables(dp, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// Datagrams longer than a test run shows whole (xdpmodel.MaxTestFrame)
+// reach the program only through generic XDP at a jumbo MTU: sent here as
+// raw frames from B, with checksums computed in full, so the program sums
+// them to the end of its checksum loop and past it. Up to
+// xdpmodel.MaxUDPLen a datagram is checked (and, for want of a socket in
+// its slot, fails the redirect); beyond it is malformed.
+func TestXDPJumboGeneric(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	dp, err := loader.Load(loader.Config{AVEntries: 1024, MaxAVs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	bed := testbed.New(t, testbed.Options{MTU: 9000, XDPMode: testbed.Generic, StaticNeighbors: true})
+	testbed.AttachXDP(t, bed.A, dp.Program)
+	local := netip.AddrPortFrom(bed.A.IPv4, 7000)
+	if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1, XskBase: 7}); err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	err = bed.B.Do(func() (err error) {
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrLinklayer{Ifindex: bed.B.Ifindex, Halen: 6}
+	copy(to.Addr[:], bed.A.MAC)
+	for _, tc := range []struct {
+		udpLen  int
+		corrupt bool
+		want    bpf.Counter
+	}{
+		{4000, false, bpf.CounterRedirectFail},
+		{4000, true, bpf.CounterCsumError},
+		{xdpmodel.MaxUDPLen, false, bpf.CounterRedirectFail},
+		{xdpmodel.MaxUDPLen, true, bpf.CounterCsumError},
+		{xdpmodel.MaxUDPLen + 1, false, bpf.CounterMalformed},
+		{8000, false, bpf.CounterMalformed},
+	} {
+		s := spec(netip.AddrPortFrom(bed.B.IPv4, 5000), local)
+		copy(s.DstMAC[:], bed.A.MAC)
+		copy(s.SrcMAC[:], bed.B.MAC)
+		s.Payload = make([]byte, tc.udpLen-wire.UDPHeaderLen-wire.HdrLen)
+		for i := range s.Payload {
+			s.Payload[i] = byte(i)
+		}
+		f := wire.Build(s)
+		if tc.corrupt {
+			f[len(f)-3] ^= 0x10
+		}
+		before, _ := dp.Counters()
+		if err := unix.Sendto(fd, f, 0, to); err != nil {
+			t.Fatalf("send %d bytes: %v", len(f), err)
+		}
+		var after [bpf.NumCounters]uint64
+		for range 400 {
+			if after, _ = dp.Counters(); after[bpf.CounterRX] > before[bpf.CounterRX] && after[tc.want] > before[tc.want] {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if after[tc.want] != before[tc.want]+1 {
+			t.Errorf("UDP length %d (corrupted %v): counter %v moved by %d; counters before %v after %v",
+				tc.udpLen, tc.corrupt, tc.want, after[tc.want]-before[tc.want], before, after)
+		}
+	}
+}
+
+// The verifier accepts the program with the agent's capabilities alone
+// (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK; no
+// CAP_SYS_ADMIN): the checks' variable-offset packet pointers need
+// CAP_PERFMON (docs/platform.md#variable-offsets-need-cap_perfmon).
+func TestXDPLoadsWithAgentCaps(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	if dp, err := loader.Load(loader.Config{AVEntries: 1024}); err == nil { // probe features with all caps
+		dp.Close()
+	}
+	keep := map[int]bool{unix.CAP_BPF: true, unix.CAP_PERFMON: true, unix.CAP_NET_ADMIN: true, unix.CAP_NET_RAW: true, unix.CAP_IPC_LOCK: true}
+	var drop []int
+	for c := range unix.CAP_LAST_CAP + 1 {
+		if !keep[c] {
+			drop = append(drop, c)
+		}
+	}
+	testutil.WithoutCaps(t, drop, func() {
+		dp, err := loader.Load(loader.Config{AVEntries: 1024})
+		if err != nil {
+			t.Fatalf("load with the agent's capabilities: %v", err)
+		}
+		dp.Close()
+	})
+}

@@ -1,0 +1,190 @@
+//go:build linux
+
+package ep_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
+	"golang.org/x/sys/unix"
+)
+
+// xdpfabDatagram is an xdpfab header and payload, as a kernel socket
+// sends them.
+func xdpfabDatagram(payload []byte) []byte {
+	b := make([]byte, wire.HdrLen+len(payload))
+	wire.PutHdr(b, wire.Hdr{Op: wire.OpMsg})
+	copy(b[wire.HdrLen:], payload)
+	return b
+}
+
+// A datagram from a plain kernel UDP socket reaches an endpoint, over
+// IPv4 and IPv6, with XDP native and generic. Over veth the kernel sends
+// it with CHECKSUM_PARTIAL: the UDP checksum field holds only the
+// pseudo-header sum (docs/platform.md#udp-checksums-over-veth), which the
+// program accepts; the datagram counts as translated, never csum_error.
+func TestKernelSentDatagrams(t *testing.T) {
+	for _, mode := range []loader.Mode{loader.Native, loader.Generic} {
+		for _, v6 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/%s", mode, map[bool]string{false: "ipv4", true: "ipv6"}[v6]), func(t *testing.T) {
+				r := newRig(t, rigOpts{v6: v6, mode: mode})
+				var c *net.UDPConn
+				err := r.b.h.Do(func() (err error) {
+					c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(r.a.local))
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				from := r.a.insert(t, c.LocalAddr().(*net.UDPAddr).AddrPort())
+				before, _ := r.dp.Counters()
+				sizes := []int{0, 1, 63, 64, 471, 472, 1024, r.a.ep.MaxMsgSize()}
+				buf := make([]byte, 4096)
+				for _, n := range sizes {
+					payload := bytes.Repeat([]byte{byte(n), 0x5a, 0xa5}, n/3+1)[:n]
+					if err := r.a.ep.Recv(buf, fi.AddrUnspec, n); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := c.Write(xdpfabDatagram(payload)); err != nil {
+						t.Fatal(err)
+					}
+					e, src, ee := read(t, r.a.rx)
+					if ee != nil || e.OpContext != n || e.Len != n || !bytes.Equal(buf[:n], payload) || src != from {
+						t.Fatalf("%d bytes: completion %+v from %v (error %+v)", n, e, src, ee)
+					}
+				}
+				after, _ := r.dp.Counters()
+				for c, want := range map[bpf.Counter]uint64{bpf.CounterTranslated: uint64(len(sizes)), bpf.CounterCsumError: 0, bpf.CounterMalformed: 0} {
+					if got := after[c] - before[c]; got != want {
+						t.Errorf("counter %v moved by %d, want %d", c, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A wildcard endpoint receives on the host's addresses, also one added
+// after it opened (the local-address watch follows the kernel's), and not
+// on a broadcast to its port: that the program leaves to the kernel,
+// counted not_local.
+func TestWildcardLocalOnly(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	rx, err := cq.Open(cq.Attr{Size: 64, Format: cq.FormatTagged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	tx, err := cq.Open(cq.Attr{Size: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	wild := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: "veth0", Local: netip.MustParseAddrPort("0.0.0.0:7300"), AV: r.a.av,
+		TxCQ: tx, RxCQ: rx, Caps: fi.Msg, BindMode: dataplane.BindCopy})
+	local, err := r.dp.LocalAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := local[r.a.h.IPv4]; !ok {
+		t.Fatalf("local addresses %v lack A's %v", local, r.a.h.IPv4)
+	}
+	if _, ok := local[r.a.h.IPv6]; !ok {
+		t.Fatalf("local addresses %v lack A's %v", local, r.a.h.IPv6)
+	}
+
+	// sendTo sends one datagram from B's kernel to dst:7300.
+	sendTo := func(dst netip.Addr, broadcast bool) {
+		t.Helper()
+		err := r.b.h.Do(func() error {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			if broadcast {
+				if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BROADCAST, 1); err != nil {
+					return err
+				}
+			}
+			return unix.Sendto(fd, xdpfabDatagram([]byte(dst.String())), 0, &unix.SockaddrInet4{Port: 7300, Addr: dst.As4()})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(want string) {
+		t.Helper()
+		buf := make([]byte, 64)
+		if err := wild.Recv(buf, fi.AddrUnspec, want); err != nil {
+			t.Fatal(err)
+		}
+		e, _, ee := read(t, rx)
+		if ee != nil || e.OpContext != want || string(buf[:e.Len]) != want {
+			t.Fatalf("received %q (%+v, error %+v), want %q", buf[:e.Len], e, ee, want)
+		}
+	}
+	sendTo(r.a.h.IPv4, false)
+	recv(r.a.h.IPv4.String())
+
+	// A second address on A, after the endpoint opened.
+	extra := r.bed.Net4.Addr().As4()
+	extra[3] = 200
+	added := netip.AddrFrom4(extra)
+	ifaddr := &netlink.Addr{IPNet: &net.IPNet{IP: added.AsSlice(), Mask: net.CIDRMask(r.bed.Net4.Bits(), 32)}}
+	linkDo := func(f func(netlink.Link, *netlink.Addr) error) {
+		t.Helper()
+		err := r.a.h.Do(func() error {
+			l, err := netlink.LinkByName("veth0")
+			if err != nil {
+				return err
+			}
+			return f(l, ifaddr)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLocal := func(present bool) {
+		t.Helper()
+		for range 1000 {
+			local, _ := r.dp.LocalAddrs()
+			if _, ok := local[added]; ok == present {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("%v in the local addresses: never %v", added, present)
+	}
+	linkDo(netlink.AddrAdd)
+	waitLocal(true)
+	sendTo(added, false)
+	recv(added.String())
+	linkDo(netlink.AddrDel)
+	waitLocal(false)
+
+	// A broadcast to the port is not the endpoint's.
+	before, _ := r.dp.Counters()
+	bcast := r.bed.Net4.Addr().As4()
+	bcast[3] = 255
+	sendTo(netip.AddrFrom4(bcast), true)
+	waitCounter(t, r, bpf.CounterNotLocal, before[bpf.CounterNotLocal]+1)
+	var e [1]cq.Entry
+	wild.Progress()
+	if n, _ := rx.Read(e[:]); n != 0 {
+		t.Errorf("the wildcard endpoint received a broadcast: %+v", e[0])
+	}
+}

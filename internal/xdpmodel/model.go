@@ -1,0 +1,313 @@
+// Package xdpmodel is the reference model of xdpfab's XDP program
+// (bpf/av_map.c, bpf/xdpfab_parse.h) in Go: given the tables the program
+// reads and a frame, what the program does with it: the action (redirect,
+// to which XSKMAP slot; pass; drop), the counter the frame lands in, and
+// the metadata (wire.Meta) it writes in front of the frame. It follows the
+// C check by check, in the same order, so that a frame with several
+// defects lands in the same counter.
+//
+// It is for tests and benchmarks: the differential test runs the real
+// program (BPF_PROG_TEST_RUN) and the model on the same generated frames
+// and compares them frame by frame (diff_test.go, `make difftest`), and
+// FuzzModel fuzzes the model against invariants it must keep whatever the
+// input. Product code never imports it.
+package xdpmodel
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/wire"
+)
+
+// XDP actions, as the program returns them.
+const (
+	Drop     uint32 = 1 // XDP_DROP
+	Pass     uint32 = 2 // XDP_PASS
+	Redirect uint32 = 4 // XDP_REDIRECT
+)
+
+// Limits of the program (bpf/xdpfab_consts.h).
+const (
+	// CsumChunks is XDPFAB_CSUM_CHUNKS: UDP lengths above
+	// CsumChunks*512+511 are malformed.
+	CsumChunks = 8
+	// MaxUDPLen is the longest UDP datagram the program checksums.
+	MaxUDPLen = CsumChunks*512 + 511
+	// minUDPLen is the UDP header and the xdpfab header.
+	minUDPLen = wire.UDPHeaderLen + wire.HdrLen
+	// MaxTestFrame is the longest frame a BPF_PROG_TEST_RUN shows the
+	// program whole (a page minus the XDP headroom and skb_shared_info:
+	// *measured* 3520 bytes on Linux 6.18); the rest of a longer one goes
+	// to fragments, which the program (not multi-buffer) does not see.
+	// The generator makes no longer frame.
+	MaxTestFrame = 3520
+	// MinFrame is the shortest frame a test run takes (an Ethernet
+	// header: no driver hands XDP less). The generator makes no shorter
+	// one; the model takes anything.
+	MinFrame = 14
+)
+
+// Tables is the dataplane state the program reads: the maps' contents.
+type Tables struct {
+	// EPs is xdpfab_ep: endpoints by local address and port (an all-zero
+	// address is the family's wildcard).
+	EPs map[bpf.EPKey]bpf.EPVal
+	// AV is xdpfab_av: (AV, source) to fi_addr and user id.
+	AV map[bpf.AVKey]bpf.AVVal
+	// Local is xdpfab_local: the host's addresses, with port 0.
+	Local map[bpf.Addr]bool
+	// XSKs is the set of XSKMAP slots that hold a socket.
+	XSKs map[uint32]bool
+}
+
+// Result is what the program does with one frame.
+type Result struct {
+	// Action is Drop, Pass or Redirect.
+	Action uint32
+	// Counter is the outcome counter the frame counts in (besides
+	// bpf.CounterRX), in row Row.
+	Counter bpf.Counter
+	// Row is the counter row: the ingress ifindex, or 0 for one at or
+	// above bpf.IfindexSlots.
+	Row int
+	// HasMeta reports that the program wrote Meta in front of the frame:
+	// always for Redirect, and for a redirect that failed on an empty
+	// XSKMAP slot (the metadata is written before the redirect).
+	HasMeta bool
+	Meta    wire.Meta
+	// Slot is the XSKMAP slot the program redirected to (or tried to),
+	// valid when HasMeta.
+	Slot uint32
+}
+
+// Step names where the program decided, for messages.
+func (r Result) String() string {
+	s := map[uint32]string{Drop: "drop", Pass: "pass", Redirect: "redirect"}[r.Action]
+	if s == "" {
+		s = "action?"
+	}
+	return s + "/" + r.Counter.String()
+}
+
+// Run returns what the program does with frame arriving with ctx's
+// ingress ifindex and rx queue.
+func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
+	r := Result{Row: int(ctx.IngressIfindex)}
+	if r.Row >= bpf.IfindexSlots {
+		r.Row = 0
+	}
+	out := func(action uint32, c bpf.Counter) Result {
+		r.Action, r.Counter = action, c
+		return r
+	}
+
+	// 1. A UDP datagram with its destination, or not ours.
+	d, ok := wire.ParseUDP(frame)
+	if !ok {
+		return out(Pass, bpf.CounterPass)
+	}
+	src, dst := key(d.Src, d.Family), key(d.Dst, d.Family)
+
+	// 2. The endpoint: by address, else the family's wildcard.
+	ep, found := t.EPs[bpf.EPKey{Local: dst}]
+	wild := false
+	if !found {
+		k := dst
+		k.Addr = [16]byte{}
+		if ep, found = t.EPs[bpf.EPKey{Local: k}]; !found {
+			return out(Pass, bpf.CounterPass)
+		}
+		wild = true
+	}
+
+	// 3. A unicast destination; for a wildcard, one of the host's.
+	if !DstUnicast(d.Dst.Addr()) {
+		return out(Pass, bpf.CounterNotLocal)
+	}
+	if wild {
+		k := dst
+		k.Port = 0
+		if !t.Local[k] {
+			return out(Pass, bpf.CounterNotLocal)
+		}
+	}
+
+	// 4. IP and UDP as the kernel checks them, then the xdpfab header.
+	ipLen, bad := checkIP(frame, d)
+	if bad == 0 {
+		bad = checkUDP(frame, d, ipLen)
+	}
+	if bad != 0 {
+		return out(Drop, bad)
+	}
+	udpLen := int(binary.BigEndian.Uint16(frame[d.L4Off+4:]))
+	hdrOff := d.L4Off + wire.UDPHeaderLen
+	h := frame[hdrOff : hdrOff+wire.HdrLen]
+	if binary.BigEndian.Uint32(h[0:]) != wire.Magic || h[4] != wire.Version ||
+		h[5] == 0 || h[5] > wire.OpTagged || uint16(h[7]) >= ep.RxCtxs {
+		return out(Drop, bpf.CounterMalformed)
+	}
+	rxCtx := h[7]
+	wireKey := binary.BigEndian.Uint32(h[12:])
+
+	// 5. The source in the endpoint's AV, bound to the endpoint's key.
+	var av bpf.AVVal
+	known := false
+	if ep.AvId != 0 {
+		av, known = t.AV[bpf.AVKey{AvId: ep.AvId, Src: src}]
+	}
+	if known && ep.AuthKey != 0 && (av.AuthKey != ep.AuthKey || wireKey != ep.AuthKey) {
+		known = false
+	}
+
+	// 6. Unknown sources follow the endpoint's policy.
+	m := wire.Meta{FiAddr: ^uint64(0), UserID: ^uint64(0)}
+	switch {
+	case known:
+		m.Flags = wire.MetaKnown
+		if av.Flags&bpf.AVFUserID != 0 {
+			m.Flags |= wire.MetaUserID
+		}
+		m.FiAddr, m.UserID = av.FiAddr, av.UserId
+	case ep.Policy == bpf.PolicyDrop:
+		return out(Drop, bpf.CounterDropPolicy)
+	case ep.Policy == bpf.PolicySourceErr:
+		m.Flags = wire.MetaSourceErr
+	}
+
+	// 7. The socket: receive context and rx queue pick the slot.
+	if ctx.RxQueueIndex >= uint32(ep.Queues) {
+		return out(Drop, bpf.CounterRedirectFail)
+	}
+	r.Slot = ep.XskBase + uint32(rxCtx)*uint32(ep.Queues) + ctx.RxQueueIndex
+
+	// 8. The metadata (bpf_xdp_adjust_meta always has the room here).
+	m.EpID = ep.EpId
+	m.L3Off, m.HdrOff = uint16(d.L3Off), uint16(hdrOff)
+	m.PayloadLen = uint16(udpLen - minUDPLen)
+	m.Family, m.Version, m.RxCtx = src.Family, wire.MetaVersion, rxCtx
+	r.HasMeta, r.Meta = true, m
+
+	// 9. Redirect.
+	if !t.XSKs[r.Slot] {
+		return out(Drop, bpf.CounterRedirectFail)
+	}
+	if known {
+		return out(Redirect, bpf.CounterTranslated)
+	}
+	return out(Redirect, bpf.CounterUnknown)
+}
+
+// DstUnicast reports whether a destination address can be an endpoint's
+// (dst_unicast): not IPv4 0/8, loopback, multicast or 255.255.255.255,
+// not IPv6 multicast, :: or ::1. An IPv4-mapped IPv6 address is IPv6 here,
+// as on the wire.
+func DstUnicast(a netip.Addr) bool {
+	if a.Is4() {
+		b := a.As4()
+		return !(b[0] == 0 || b[0] == 127 || b[0] >= 224 && b[0] < 240 || b == [4]byte{255, 255, 255, 255})
+	}
+	b := a.As16()
+	return !(b[0] == 0xff || zeroOrOne(b))
+}
+
+// SrcMartian reports a source the kernel drops (src_martian): IPv4 0/8,
+// loopback, multicast, 255.255.255.255; IPv6 multicast and ::1.
+func SrcMartian(a netip.Addr) bool {
+	if a.Is4() {
+		return !DstUnicast(a)
+	}
+	b := a.As16()
+	return b[0] == 0xff || zeroOrOne(b) && b[15] == 1
+}
+
+// zeroOrOne reports :: or ::1.
+func zeroOrOne(b [16]byte) bool {
+	for _, x := range b[:15] {
+		if x != 0 {
+			return false
+		}
+	}
+	return b[15] <= 1
+}
+
+// key is the map form of an address and port as the program builds it
+// from the packet: the family from the header, IPv4-mapped IPv6 addresses
+// left as they are (bpf.MakeAddr would unmap them).
+func key(ap netip.AddrPort, family uint8) bpf.Addr {
+	k := bpf.MakeAddr(ap)
+	if family == wire.AFInet6 {
+		k.Family, k.Addr = wire.AFInet6, ap.Addr().As16()
+	}
+	return k
+}
+
+// checkIP is check_ip: room for the UDP and xdpfab headers, then the
+// version, for IPv4 the header checksum and the total length, for IPv6
+// the payload length, then the source. It returns the IP payload length,
+// or the counter of the failure.
+func checkIP(f []byte, d wire.Datagram) (ipLen int, bad bpf.Counter) {
+	l3 := d.L3Off
+	if d.L4Off+minUDPLen > len(f) {
+		return 0, bpf.CounterMalformed
+	}
+	if d.Family == wire.AFInet {
+		if l3+60 > len(f) { // implied by the line above
+			return 0, bpf.CounterMalformed
+		}
+		if f[l3]>>4 != 4 {
+			return 0, bpf.CounterMalformed
+		}
+		ihl := int(f[l3]&0x0f) * 4
+		if wire.Checksum16(f[l3:l3+ihl], 0) != 0xffff {
+			return 0, bpf.CounterCsumError
+		}
+		tot := int(binary.BigEndian.Uint16(f[l3+2:]))
+		if l3+tot > len(f) || tot < ihl {
+			return 0, bpf.CounterMalformed
+		}
+		ipLen = tot - ihl
+	} else {
+		if f[l3]>>4 != 6 {
+			return 0, bpf.CounterMalformed
+		}
+		plen := int(binary.BigEndian.Uint16(f[l3+4:]))
+		if l3+40+plen > len(f) {
+			return 0, bpf.CounterMalformed
+		}
+		ipLen = plen
+	}
+	if SrcMartian(d.Src.Addr()) {
+		return 0, bpf.CounterMalformed
+	}
+	return ipLen, 0
+}
+
+// checkUDP is check_udp: the UDP length against the xdpfab header, the IP
+// payload and the checksum's reach, then the checksum: 0 is none over
+// IPv4 and invalid over IPv6; the bare pseudo-header sum is
+// CHECKSUM_PARTIAL and accepted; otherwise the datagram must sum right.
+func checkUDP(f []byte, d wire.Datagram, ipLen int) bpf.Counter {
+	u := f[d.L4Off:]
+	udpLen := int(binary.BigEndian.Uint16(u[4:]))
+	if udpLen < minUDPLen || udpLen > ipLen || udpLen > MaxUDPLen {
+		return bpf.CounterMalformed
+	}
+	field := binary.BigEndian.Uint16(u[6:])
+	if field == 0 {
+		if d.Family == wire.AFInet {
+			return 0
+		}
+		return bpf.CounterCsumError
+	}
+	ps := wire.PseudoHeaderSum(d.Src.Addr(), d.Dst.Addr(), udpLen)
+	if field == wire.Checksum16(nil, ps) {
+		return 0
+	}
+	if wire.Checksum16(u[:udpLen], ps) != 0xffff {
+		return bpf.CounterCsumError
+	}
+	return 0
+}
