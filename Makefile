@@ -39,13 +39,25 @@ test: build vet
 	$(GO) test -count=1 -race -timeout 8m $(RACE_PKGS)
 
 # The adversarial suite run long: Go native fuzzing of the control
-# protocol's decoder and of the agent's dispatch (their seed corpora run in
-# make test). FUZZTIME per target (default 2m).
+# protocol's decoder, of the agent's dispatch and of the XDP program's
+# reference model (their seed corpora run in make test). FUZZTIME per
+# target (default 2m).
 FUZZTIME ?= 2m
 .PHONY: fuzz
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./ctl
 	$(GO) test -run '^$$' -fuzz '^FuzzDispatch$$' -fuzztime $(FUZZTIME) ./agent
+	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(FUZZTIME) ./internal/xdpmodel
+
+# The XDP program against its Go model (internal/xdpmodel) over DIFF_N
+# generated frames (default 1M, some 10 s on the project's VM; make test
+# runs 4000), from DIFF_SEED (default: a fresh one, printed; set it to
+# reproduce a failure). As root.
+DIFF_N ?= 1000000
+DIFF_SEED ?= $(shell date +%s)
+.PHONY: difftest
+difftest:
+	XDPFAB_DIFF_N=$(DIFF_N) XDPFAB_DIFF_SEED=$(DIFF_SEED) $(GO) test -count=1 -v -timeout 10m -run '^TestDifferential$$' ./internal/xdpmodel
 
 # Run every go:generate line of the module: the BPF objects and their Go
 # bindings (bpf2go; needs clang-14, llvm, libbpf-dev) and the enums' String

@@ -22,5 +22,9 @@
 //	xdpfab_maps.h     every map, with its bpftool-visible name and pinning
 //	xdpfab_parse.h    parsing: Ethernet, VLAN, IPv4, IPv6, UDP, xdpfab header
 //	av_map.c          the program, step by step: parse, find the endpoint,
-//	                  translate the source, write the metadata, redirect
+//	                  check the datagram as the kernel would, translate
+//	                  the source, write the metadata, redirect
+//
+// internal/xdpmodel is the program's reference model in Go; the
+// differential test there (make difftest) compares the two frame by frame.
 package bpf
