@@ -149,9 +149,10 @@ func (d *dropCounter) Close() { d.prog.Close(); d.count.Close() }
 // table, cycling through the table with a per-CPU counter, then tail-calls
 // the program under test (or, with tail nil, passes the frame to the kernel
 // stack). Live frames keep their data between runs, so rewriting is all it
-// takes. Frames must be Ethernet + IPv4 (no options) or IPv6 + UDP; the UDP
-// checksum is not updated (XDP does not check it; IPv4 frames for the kernel
-// stack must carry checksum 0, "none").
+// takes. Frames must be Ethernet + IPv4 (no options) or IPv6 + UDP. The UDP
+// checksum is rewritten too, from the table (precomputed per source), since
+// the program under test verifies it; a frame whose UDP checksum is 0
+// ("none", IPv4) keeps 0.
 type rewriter struct {
 	prog       *ebpf.Program
 	ctr, table *ebpf.Map
@@ -165,7 +166,8 @@ type rewriteEntry struct {
 	Csum  [2]byte
 	Sport [2]byte
 	RxCtx uint8
-	_     [3]byte
+	_     [1]byte
+	UCsum [2]byte // the UDP checksum for this source (0 stays 0)
 }
 
 // rewriteTable builds the table for sources (one address family), all with
@@ -186,8 +188,39 @@ func rewriteTable(base []byte, sources []netip.AddrPort) []rewriteEntry {
 		} else {
 			e.Addr = a.As16()
 		}
+		e.UCsum = udpCsumFor(base, s)
 	}
 	return t
+}
+
+// udpCsumFor is base's UDP checksum with the source address and port
+// replaced by src (RFC 1624 incremental update; 0, "none", stays 0).
+func udpCsumFor(base []byte, src netip.AddrPort) [2]byte {
+	v4 := base[12] == 0x08 && base[13] == 0x00
+	addrOff, addrLen, udp := 14+12, 4, 34
+	if !v4 {
+		addrOff, addrLen, udp = 14+8, 16, 54
+	}
+	var out [2]byte
+	old := binary.BigEndian.Uint16(base[udp+6:])
+	if old == 0 {
+		return out
+	}
+	newAddr := src.Addr().Unmap().AsSlice()
+	sum := uint32(^old)
+	for i := 0; i < addrLen; i += 2 {
+		sum += uint32(^binary.BigEndian.Uint16(base[addrOff+i:])) + uint32(binary.BigEndian.Uint16(newAddr[i:]))
+	}
+	sum += uint32(^binary.BigEndian.Uint16(base[udp:])) + uint32(src.Port())
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	c := ^uint16(sum)
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(out[:], c)
+	return out
 }
 
 func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter, error) {
@@ -261,6 +294,8 @@ func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter
 		asm.StoreMem(asm.R7, udpSp, asm.R1, asm.Half),
 		asm.LoadMem(asm.R1, asm.R0, 20, asm.Byte),
 		asm.StoreMem(asm.R7, rxCtx, asm.R1, asm.Byte),
+		asm.LoadMem(asm.R1, asm.R0, 22, asm.Half),
+		asm.StoreMem(asm.R7, udpSp+6, asm.R1, asm.Half),
 	)
 	if tail != nil {
 		if r.progs, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}); err != nil {
