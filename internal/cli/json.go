@@ -69,14 +69,6 @@ func flagNames(f fi.Flags) []string {
 	return strings.Split(f.String(), "|")
 }
 
-// nonNil makes an empty list [] rather than null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
 type errorDoc struct {
 	docHeader
 	Command    string  `json:"command"`
