@@ -58,17 +58,22 @@ func (a *Agent) mayWriteAV(who caller, what, name string) error {
 	return fmt.Errorf("%s %q: uid %d is neither its owner (uid %d) nor in its group: %w", what, name, who.uid, o.UID, fi.EACCES)
 }
 
-// ownedBy counts the named AVs uid owns.
-func (a *Agent) ownedBy(uid uint32) int {
-	n := 0
+// ownedNames lists the named AVs uid owns, from their pinned meta.
+func (a *Agent) ownedNames(uid uint32) []string {
+	var names []string
 	for id := uint32(1); id < a.dp.AVMeta.MaxEntries(); id++ {
 		var m bpf.AVMeta
-		if a.dp.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.NameString() != "" && m.OwnerUid == uid {
-			n++
+		if a.dp.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.OwnerUid == uid {
+			if name := m.NameString(); name != "" {
+				names = append(names, name)
+			}
 		}
 	}
-	return n
+	return names
 }
+
+// ownedBy counts the named AVs uid owns.
+func (a *Agent) ownedBy(uid uint32) int { return len(a.ownedNames(uid)) }
 
 // checkEntryQuota refuses an insert of up to n addresses into the named AV
 // when the entries of all the AVs its owner owns would exceed the owner's
@@ -81,17 +86,11 @@ func (a *Agent) checkEntryQuota(what, name string, n int) error {
 		return nil // the insert itself reports a missing AV
 	}
 	used := 0
-	for id := uint32(1); id < a.dp.AVMeta.MaxEntries(); id++ {
-		var m bpf.AVMeta
-		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerUid != o.UID || m.NameString() == "" {
-			continue
+	for _, owned := range a.ownedNames(o.UID) {
+		if v, err := a.namedAV(owned); err == nil {
+			k, _ := v.Len()
+			used += k
 		}
-		v, err := a.namedAV(m.NameString())
-		if err != nil {
-			continue
-		}
-		k, _ := v.Len()
-		used += k
 	}
 	if l := a.cfg.Limits.EntriesPerUID; used+n > l {
 		return fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
 	"golang.org/x/sys/unix"
@@ -38,9 +37,8 @@ func claimPort(local netip.AddrPort) (*os.File, error) {
 	}
 	drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
 	prog := unix.SockFprog{Len: uint16(len(drop)), Filter: &drop[0]}
-	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
-		uintptr(unsafe.Pointer(&prog)), unsafe.Sizeof(prog), 0); e != 0 {
-		return fail("drop filter", e)
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
+		return fail("drop filter", err)
 	}
 	var sa unix.Sockaddr
 	if family == unix.AF_INET {
