@@ -115,9 +115,9 @@ int xdpfab_rx(struct xdp_md *ctx)
 	}
 
 	/* 7. The socket: receive context and rx queue pick the XSKMAP slot. */
-	__u32 queue = ctx->rx_queue_index;
+	__u32 queue = ctx->rx_queue_index - ep->first_queue; /* wraps below first */
 	if (queue >= ep->queues)
-		return count(STAT_REDIRECT_FAIL, XDP_DROP);
+		return count(STAT_WRONG_QUEUE, XDP_DROP);
 	__u32 slot = ep->xsk_base + (__u32)hdr->rx_ctx * ep->queues + queue;
 	__u8 rx_ctx = hdr->rx_ctx;
 	__u16 l3_off = pkt.l3 - data;

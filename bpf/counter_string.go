@@ -17,11 +17,12 @@ func _() {
 	_ = x[CounterRedirectFail-6]
 	_ = x[CounterCsumError-7]
 	_ = x[CounterNotLocal-8]
+	_ = x[CounterWrongQueue-9]
 }
 
-const _Counter_name = "rxtranslatedunknown_sourcedropped_policymalformedpassedredirect_failedcsum_errornot_local"
+const _Counter_name = "rxtranslatedunknown_sourcedropped_policymalformedpassedredirect_failedcsum_errornot_localwrong_queue"
 
-var _Counter_index = [...]uint8{0, 2, 12, 26, 40, 49, 55, 70, 80, 89}
+var _Counter_index = [...]uint8{0, 2, 12, 26, 40, 49, 55, 70, 80, 89, 100}
 
 func (i Counter) String() string {
 	idx := int(i) - 0

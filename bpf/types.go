@@ -96,6 +96,7 @@ const (
 	CounterRedirectFail Counter = kernCounterSTAT_REDIRECT_FAIL // redirect_failed
 	CounterCsumError    Counter = kernCounterSTAT_CSUM_ERROR    // csum_error
 	CounterNotLocal     Counter = kernCounterSTAT_NOT_LOCAL     // not_local
+	CounterWrongQueue   Counter = kernCounterSTAT_WRONG_QUEUE   // wrong_queue
 )
 
 // NumCounters is the number of counters (STAT_MAX).

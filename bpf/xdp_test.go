@@ -331,14 +331,14 @@ func TestXDPLiveFrameMetadata(t *testing.T) {
 	}
 }
 
-// A frame on an rx queue the endpoint does not listen on cannot reach its
-// socket: counted as a failed redirect, dropped.
+// A frame for an endpoint on an rx queue it does not listen on is dropped
+// and counted wrong_queue (flow steering missing), not redirected.
 func TestXDPQueueNotListened(t *testing.T) {
 	dp := fixture(t)
 	bed := testbed.New(t, testbed.Options{RxQueues: 2, TxQueues: 2})
 	f := wire.Build(spec(known4, ep4))
 	err := bed.A.Do(func() error {
-		check(t, dp, f, bpf.XDPMD{IngressIfindex: uint32(bed.A.Ifindex), RxQueueIndex: 1}, want{verdict: xdpDrop, counter: bpf.CounterRedirectFail})
+		check(t, dp, f, bpf.XDPMD{IngressIfindex: uint32(bed.A.Ifindex), RxQueueIndex: 1}, want{verdict: xdpDrop, counter: bpf.CounterWrongQueue})
 		check(t, dp, f, bpf.XDPMD{IngressIfindex: uint32(bed.A.Ifindex), RxQueueIndex: 0}, hit4)
 		return nil
 	})
@@ -351,7 +351,7 @@ func TestXDPQueueNotListened(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := rows[bed.A.Ifindex]
-	if row[bpf.CounterRX] != 2 || row[bpf.CounterRedirectFail] != 1 || row[bpf.CounterTranslated] != 1 {
+	if row[bpf.CounterRX] != 2 || row[bpf.CounterWrongQueue] != 1 || row[bpf.CounterTranslated] != 1 {
 		t.Errorf("ifindex %d counters %v", bed.A.Ifindex, row)
 	}
 }

@@ -65,7 +65,8 @@ const (
 	kernCounterSTAT_REDIRECT_FAIL kernCounter = 6
 	kernCounterSTAT_CSUM_ERROR    kernCounter = 7
 	kernCounterSTAT_NOT_LOCAL     kernCounter = 8
-	kernCounterSTAT_MAX           kernCounter = 9
+	kernCounterSTAT_WRONG_QUEUE   kernCounter = 9
+	kernCounterSTAT_MAX           kernCounter = 10
 )
 
 type kernEpKey struct {
@@ -82,7 +83,7 @@ type kernEpVal struct {
 	Queues     uint16
 	Policy     kernPolicy
 	Flags      uint8
-	Pad        uint16
+	FirstQueue uint16
 	AuthKey    uint32
 	OwnerPid   uint32
 	Pad2       uint32

@@ -15,7 +15,7 @@
 /* Per-CPU counters (index into xdpfab_stats). Every frame the program sees
  * counts once in RX and exactly once in one of the outcome counters, so
  * rx == translated + unknown + drop_policy + malformed + pass +
- * redirect_fail + csum_error + not_local.
+ * redirect_fail + csum_error + not_local + wrong_queue.
  *
  * The enums are Go's too: bpf2go -type makes bpf.Counter and bpf.Policy of
  * them from the object's BTF, naming each constant after its type and
@@ -32,7 +32,9 @@ enum counter {
 	STAT_CSUM_ERROR = 7,    /* to an endpoint, bad IPv4 header or UDP checksum: dropped */
 	STAT_NOT_LOCAL = 8,     /* to a wildcard endpoint's port, but not to a local
 	                         * unicast address: XDP_PASS, untouched */
-	STAT_MAX = 9,
+	STAT_WRONG_QUEUE = 9,   /* to an endpoint, on an rx queue it does not
+	                         * listen on (flow steering missing): dropped */
+	STAT_MAX = 10,
 };
 
 /* Counters are kept per ingress ifindex: xdpfab_stats[ifindex * STAT_MAX

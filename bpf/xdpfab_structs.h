@@ -50,7 +50,7 @@ struct ep_val {
 	__u16 queues;   /* rx queues listened on (>= 1) */
 	enum policy policy; /* one byte (packed) */
 	__u8 flags;
-	__u16 pad;
+	__u16 first_queue; /* rx queues first_queue .. first_queue+queues-1 */
 	__u32 auth_key; /* only sources bound to this key value are known; 0 = any */
 	/* The process that registered the endpoint (pid and start time, see
 	 * internal/procid): the agent removes entries whose process is gone.

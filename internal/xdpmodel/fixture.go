@@ -21,6 +21,7 @@ var (
 	EPCtx    = netip.MustParseAddrPort("198.18.100.4:7000") // 3 contexts, 2 queues, some slots empty
 	EPNoXSK  = netip.MustParseAddrPort("198.18.100.5:7000")
 	EPNoAV   = netip.MustParseAddrPort("198.18.100.6:7000")
+	EPQ1     = netip.MustParseAddrPort("198.18.100.7:7000") // listens on rx queue 1 only
 	EPWild4  = netip.MustParseAddrPort("0.0.0.0:7100")
 	EPWild6  = netip.MustParseAddrPort("[::]:7100")
 	EPSpec   = netip.MustParseAddrPort("198.18.100.1:7200") // a specific endpoint and ...
@@ -58,6 +59,7 @@ func Fixture() *Tables {
 		EPCtx:    {EpId: 5, AvId: 1, XskBase: 4, RxCtxs: 3, Queues: 2},
 		EPNoXSK:  {EpId: 6, AvId: 1, XskBase: 20, RxCtxs: 1, Queues: 1},
 		EPNoAV:   {EpId: 7, AvId: 0, XskBase: 0, RxCtxs: 1, Queues: 1, Policy: bpf.PolicySourceErr},
+		EPQ1:     {EpId: 14, AvId: 1, XskBase: 1, RxCtxs: 1, Queues: 1, FirstQueue: 1},
 		EPWild4:  {EpId: 8, AvId: 1, XskBase: 0, RxCtxs: 1, Queues: 1},
 		EPWild6:  {EpId: 9, AvId: 2, XskBase: 1, RxCtxs: 1, Queues: 1, Policy: bpf.PolicyDrop},
 		EPSpec:   {EpId: 10, AvId: 1, XskBase: 0, RxCtxs: 1, Queues: 1},

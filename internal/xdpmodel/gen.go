@@ -107,7 +107,7 @@ func (g *Gen) dest(v6 bool) netip.AddrPort {
 	case 4:
 		return EPCtx
 	case 5:
-		return g.pick(EPNoXSK, EPNoAV)
+		return g.pick(EPNoXSK, EPNoAV, EPQ1)
 	case 6:
 		return netip.AddrPortFrom(LocalAddrs[1], 7100) // wildcard, local
 	case 7:

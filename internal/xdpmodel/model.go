@@ -178,10 +178,11 @@ func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
 	}
 
 	// 7. The socket: receive context and rx queue pick the slot.
-	if ctx.RxQueueIndex >= uint32(ep.Queues) {
-		return out(Drop, bpf.CounterRedirectFail)
+	queue := ctx.RxQueueIndex - uint32(ep.FirstQueue) // wraps below FirstQueue
+	if queue >= uint32(ep.Queues) {
+		return out(Drop, bpf.CounterWrongQueue)
 	}
-	r.Slot = ep.XskBase + uint32(rxCtx)*uint32(ep.Queues) + ctx.RxQueueIndex
+	r.Slot = ep.XskBase + uint32(rxCtx)*uint32(ep.Queues) + queue
 
 	// 8. The metadata (bpf_xdp_adjust_meta always has the room here).
 	m.EpID = ep.EpId

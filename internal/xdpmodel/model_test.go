@@ -55,7 +55,7 @@ func seenAll(m map[string]int) []int {
 func invariants(tb *xdpmodel.Tables, frame []byte, queue uint32, r xdpmodel.Result) error {
 	outcomes := map[uint32][]bpf.Counter{
 		xdpmodel.Pass:     {bpf.CounterPass, bpf.CounterNotLocal},
-		xdpmodel.Drop:     {bpf.CounterDropPolicy, bpf.CounterMalformed, bpf.CounterCsumError, bpf.CounterRedirectFail},
+		xdpmodel.Drop:     {bpf.CounterDropPolicy, bpf.CounterMalformed, bpf.CounterCsumError, bpf.CounterRedirectFail, bpf.CounterWrongQueue},
 		xdpmodel.Redirect: {bpf.CounterTranslated, bpf.CounterUnknown},
 	}
 	ok := false
