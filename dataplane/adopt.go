@@ -53,6 +53,11 @@ type AdoptConfig struct {
 	// the calling thread's namespace, which is right only if the socket
 	// lives there.
 	Netns uint64 `json:"netns"`
+	// Shared says the queue's fill and completion rings are shared with
+	// other processes through a ShareBlock: they carry frames already,
+	// and this process uses them only through the block (ShareBlock.Fill,
+	// Complete), never with the Socket's own Fill and Complete.
+	Shared bool `json:"shared,omitempty"`
 }
 
 func (c AdoptConfig) validate() error {
@@ -222,7 +227,7 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 	if s.tx.mem != nil && s.tx.cachedProd != 0 {
 		return nil, fmt.Errorf("tx ring used before (%d descriptors produced): its frames are not this process's to reuse: %w", s.tx.cachedProd, fi.EBUSY)
 	}
-	if newQueue && (q.fill.cachedProd != 0 || q.comp.cachedProd != 0) {
+	if newQueue && !cfg.Shared && (q.fill.cachedProd != 0 || q.comp.cachedProd != 0) {
 		return nil, fmt.Errorf("fill and completion rings used before (%d and %d entries produced): their frames are not this process's to reuse: %w",
 			q.fill.cachedProd, q.comp.cachedProd, fi.EBUSY)
 	}

@@ -4,6 +4,9 @@ package dataplane
 
 import (
 	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
 	"golang.org/x/sys/unix"
@@ -85,4 +88,23 @@ func ThreadNetns() (uint64, error) {
 		return 0, err
 	}
 	return st.Ino, nil
+}
+
+// Shared (not FUTEX_PRIVATE_FLAG) futex operations (linux/futex.h).
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+// futexWait sleeps while *w == val, at most d (a shared futex: w may be in
+// memory other processes map). Spurious wake-ups are the caller's to
+// handle.
+func futexWait(w *atomic.Uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes up to n sleepers on w.
+func futexWake(w *atomic.Uint32, n int) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, uintptr(n), 0, 0, 0)
 }

@@ -4,6 +4,8 @@ package dataplane
 
 import (
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/xdpfab/xdpfab/fi"
 )
@@ -30,3 +32,10 @@ func socketNetns(fd int) (uint64, error)             { return 0, errNotLinux }
 
 // ThreadNetns fails with fi.EOPNOTSUPP: network namespaces are Linux's.
 func ThreadNetns() (uint64, error) { return 0, errNotLinux }
+
+// No shared futex here: sleep a little (no ShareBlock exists off Linux,
+// sealedMemfd failing).
+func futexWait(w *atomic.Uint32, val uint32, d time.Duration) {
+	time.Sleep(min(d, 50*time.Microsecond))
+}
+func futexWake(w *atomic.Uint32, n int) {}

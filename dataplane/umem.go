@@ -380,6 +380,27 @@ func (u *UMEM) FreeFrames() int {
 	return len(u.free)
 }
 
+// SetFreeRange makes frames first .. first+n-1 the only free ones: the
+// user of a slot of a shared UMEM (ShareBlock.TxRange) allocates its own
+// frames and never another's. Out-of-range values are EINVAL.
+func (u *UMEM) SetFreeRange(first, n int) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	if first < 0 || n < 0 || first+n > u.cfg.NumFrames {
+		return fmt.Errorf("umem: frames %d..%d of %d: %w", first, first+n-1, u.cfg.NumFrames, fi.EINVAL)
+	}
+	u.freeMu.Lock()
+	defer u.freeMu.Unlock()
+	u.free = u.free[:0]
+	clear(u.freeMap)
+	for i := first + n - 1; i >= first; i-- {
+		u.free = append(u.free, uint64(i)<<u.shift)
+		u.freeMap[i/64] |= 1 << (i % 64)
+	}
+	return nil
+}
+
 // resetFree puts every frame on the free list, lowest address on top.
 func (u *UMEM) resetFree() {
 	u.freeMu.Lock()

@@ -49,9 +49,10 @@ type Attr struct {
 	DropUnknown bool
 	// RxContexts is the number of receive contexts (default 1).
 	RxContexts int
-	// Queues is the number of rx queues to listen on, 0..Queues-1
-	// (default: all of the interface's rx queues).
-	Queues int
+	// FirstQueue and Queues are the rx queues to listen on, FirstQueue ..
+	// FirstQueue+Queues-1 (default: from FirstQueue to the interface's
+	// last rx queue). Sends go out on FirstQueue.
+	FirstQueue, Queues int
 	// OpFlags: fi.InjectComplete reports sends once the data is copied
 	// into the socket's memory; the default, fi.TransmitComplete, once
 	// the kernel has sent the frame.
@@ -140,10 +141,10 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: owner pid %d: %w", a.OwnerPID, fi.EINVAL)
 	case a.RxContexts < 0 || a.RxContexts > 256:
 		return fmt.Errorf("ep open: %d receive contexts (1..256): %w", a.RxContexts, fi.EINVAL)
-	case a.Queues < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:
+	case a.Queues < 0 || a.FirstQueue < 0 || a.Frames < 0 || a.RingSize < 0 || a.MaxPosted < 0 || a.MinMultiRecv < 0:
 		return fmt.Errorf("ep open: negative size: %w", fi.EINVAL)
-	case a.Queues > MaxQueues:
-		return fmt.Errorf("ep open: %d queues, at most %d: %w", a.Queues, MaxQueues, fi.EINVAL)
+	case a.Queues > MaxQueues || a.FirstQueue >= MaxQueues:
+		return fmt.Errorf("ep open: queues %d+%d, at most %d: %w", a.FirstQueue, a.Queues, MaxQueues, fi.EINVAL)
 	case a.Frames > MaxFrames:
 		return fmt.Errorf("ep open: %d frames, at most %d: %w", a.Frames, MaxFrames, fi.EINVAL)
 	case a.RingSize > MaxRingSize:

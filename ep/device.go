@@ -19,6 +19,7 @@ import (
 // XDP_SHARED_UMEM.
 type device struct {
 	key     devKey
+	first   int // first rx queue
 	umem    *dataplane.UMEM
 	refs    int // endpoints, guarded by devices.mu
 	queues  int
@@ -26,7 +27,22 @@ type device struct {
 	fillMu  []sync.Mutex        // per queue: the fill ring has one producer
 	tx      txState
 	shared  bool // in devices: other endpoints of the process join it
+
+	// A sharing domain's device in the agent (Domain): the domain owns
+	// it; endpoints leave it as they found it.
+	domain *Domain
+	// The data path of a sharing domain's endpoint (adopted with a
+	// ShareBlock): the fill and completion rings are the domain's,
+	// reached through share as user slot; txSock is the endpoint's own
+	// transmit socket.
+	share  *dataplane.ShareBlock
+	slot   int
+	txSock *dataplane.Socket
 }
+
+// deviceMaker makes or finds the device of an endpoint listening on
+// queues rx queues of ifindex from a.FirstQueue (setup).
+type deviceMaker func(ifindex, queues int, a *Attr) (*device, error)
 
 // boundMode is how the device's sockets are bound: copy or zero-copy.
 func (d *device) boundMode() dataplane.BindMode {
@@ -57,8 +73,9 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 	devices.Lock()
 	defer devices.Unlock()
 	if d := devices.m[key]; d != nil {
-		if a.Queues > d.queues {
-			return nil, fmt.Errorf("interface has %d queues open, endpoint wants %d: %w", d.queues, a.Queues, fi.EINVAL)
+		if a.FirstQueue != d.first || queues > d.queues {
+			return nil, fmt.Errorf("interface has queues %d..%d open, endpoint wants %d..%d: %w",
+				d.first, d.first+d.queues-1, a.FirstQueue, a.FirstQueue+queues-1, fi.EINVAL)
 		}
 		// The endpoint's sockets share the device's UMEM, so they are
 		// bound the way its first socket was.
@@ -90,7 +107,7 @@ func newPrivateDevice(ifindex, queues int, a *Attr) (*device, error) {
 }
 
 func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err error) {
-	d := &device{key: key, queues: queues, fillMu: make([]sync.Mutex, queues)}
+	d := &device{key: key, first: a.FirstQueue, queues: queues, fillMu: make([]sync.Mutex, queues)}
 	if a.Frames/2/queues < 16 {
 		return nil, fmt.Errorf("%d frames too few for %d queues: %w", a.Frames, queues, fi.EINVAL)
 	}
@@ -107,14 +124,14 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 		if q == 0 {
 			cfg.TxSize = a.RingSize
 		}
-		s, err := dataplane.Open(key.ifindex, q, d.umem, cfg)
+		s, err := dataplane.Open(key.ifindex, d.first+q, d.umem, cfg)
 		if err != nil {
 			// The device reports more queues than it has in use (a veth
 			// made with numrxqueues > real ones): listen on those it has.
 			if a.Queues == 0 && q > 0 && errors.Is(err, fi.EINVAL) {
 				break
 			}
-			return nil, fmt.Errorf("socket for queue %d: %w", q, err)
+			return nil, fmt.Errorf("socket for queue %d: %w", d.first+q, err)
 		}
 		d.anchors = append(d.anchors, s)
 	}
@@ -138,6 +155,9 @@ func (d *device) prime(frames int) {
 
 // releaseDevice drops an endpoint's reference; the last one closes it.
 func releaseDevice(d *device) error {
+	if d.domain != nil {
+		return nil
+	}
 	if !d.shared {
 		return d.close()
 	}
@@ -152,6 +172,9 @@ func releaseDevice(d *device) error {
 
 func (d *device) close() error {
 	var first error
+	if d.txSock != nil {
+		first = d.txSock.Close()
+	}
 	for _, s := range d.anchors {
 		if err := s.Close(); err != nil && first == nil {
 			first = err
@@ -160,11 +183,22 @@ func (d *device) close() error {
 	if err := d.umem.Close(); err != nil && first == nil {
 		first = err
 	}
+	if err := d.share.Close(); err != nil && first == nil {
+		first = err
+	}
 	return first
 }
 
 // refill returns received frames to queue q's fill ring.
 func (d *device) refill(q int, addrs []uint64) {
+	if d.share != nil {
+		// The domain's fill ring has room for its whole receive pool; a
+		// frame it did not take stays marked as this endpoint's, and the
+		// agent gives it back when the endpoint goes (never to the free
+		// list: that holds the endpoint's transmit frames only).
+		d.share.Fill(d.slot, d.anchors[q], addrs)
+		return
+	}
 	d.fillMu[q].Lock()
 	n := d.anchors[q].Fill(addrs)
 	d.fillMu[q].Unlock()

@@ -33,6 +33,7 @@ type Endpoint struct {
 	queues    int
 	authKey   uint32 // wire value, 0 = none
 	maxMsg    int    // largest payload
+	parkLimit int    // frames a receive context keeps for unmatched messages
 	rxCtxBits int    // the AV's, read per send
 
 	dev  *device
@@ -64,7 +65,7 @@ func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
 	if err := attr.validate(); err != nil {
 		return nil, err
 	}
-	e, undo, err := setup(dp, attr, false)
+	e, undo, err := setup(dp, attr, acquireDevice)
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +124,11 @@ func (u undoList) run() {
 
 // setup makes what every endpoint of this process needs before its data
 // path: the checks, the interface, the AV binding, the device and the
-// receive sockets. private gives the endpoint a device of its own with a
-// memfd-backed UMEM, for handing over to another process (Prepare).
-func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList, err error) {
+// receive sockets. mk makes or finds the device: the process's
+// (acquireDevice), one of the endpoint's own with a memfd-backed UMEM for
+// handing over to another process (newPrivateDevice), or a sharing
+// domain's (Domain.Prepare).
+func setup(dp *loader.Objects, attr Attr, mk deviceMaker) (e *Endpoint, _ undoList, err error) {
 	// A local list: error returns set the result to nil, and the deferred
 	// undo must still see what was done.
 	var undo undoList
@@ -142,13 +145,15 @@ func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList
 	if l, err := netlink.LinkByIndex(iface.Index); err == nil {
 		have = l.Attrs().NumRxQueues
 	}
-	if have > 0 && attr.Queues > have {
-		return nil, nil, fmt.Errorf("ep open: %d queues, interface %s has %d: %w", attr.Queues, attr.Ifname, have, fi.EINVAL)
+	if have > 0 && attr.FirstQueue+max(attr.Queues, 1) > have {
+		return nil, nil, fmt.Errorf("ep open: queues %d..%d, interface %s has %d: %w",
+			attr.FirstQueue, attr.FirstQueue+max(attr.Queues, 1)-1, attr.Ifname, have, fi.EINVAL)
 	}
 	if e.queues == 0 {
-		e.queues = min(max(have, 1), MaxQueues)
+		e.queues = min(max(have-attr.FirstQueue, 1), MaxQueues)
 	}
 	e.setMaxMsg(maxMsgFor(iface.MTU, attr.Local.Addr()))
+	e.parkLimit = e.attr.Frames / 4
 	defer func() {
 		if err != nil {
 			undo.run()
@@ -170,12 +175,7 @@ func setup(dp *loader.Objects, attr Attr, private bool) (e *Endpoint, _ undoList
 		}
 		undo.add(func() { e.av.ReleaseAuthKey(attr.AuthKey) })
 	}
-	if private {
-		e.dev, err = newPrivateDevice(iface.Index, e.queues, &e.attr)
-	} else {
-		e.dev, err = acquireDevice(iface.Index, e.queues, &e.attr)
-	}
-	if err != nil {
+	if e.dev, err = mk(iface.Index, e.queues, &e.attr); err != nil {
 		return nil, nil, fmt.Errorf("ep open: interface %s: %w", attr.Ifname, err)
 	}
 	if attr.Queues == 0 {
@@ -241,7 +241,7 @@ func (e *Endpoint) openSockets(ifindex int) error {
 		rc := e.newRxCtx()
 		e.rx = append(e.rx, rc)
 		for q := range e.queues {
-			s, err := dataplane.Open(ifindex, q, e.umem, cfg)
+			s, err := dataplane.Open(ifindex, e.dev.first+q, e.umem, cfg)
 			if err != nil {
 				return fmt.Errorf("ep open: socket for context %d queue %d: %w", c, q, err)
 			}
@@ -361,7 +361,7 @@ func (e *Endpoint) register() error {
 			return fmt.Errorf("ep open: %w", err)
 		}
 	}
-	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues),
+	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues), FirstQueue: uint16(e.dev.first),
 		Policy: policy, AuthKey: e.authKey, OwnerPid: owner.PID, OwnerStart: owner.Start}
 	if err := e.dp.EP.Update(e.key, val, ebpf.UpdateNoExist); err != nil {
 		e.clearSlots(base, n)
@@ -462,7 +462,11 @@ func (e *Endpoint) Close() error {
 	if e.claim != nil {
 		e.claim.Close() // the address is free once XDP no longer redirects it
 	}
-	if e.release != nil {
+	// A sharing domain's endpoint gives its frames back before the agent
+	// takes back the rest (release, below); others let the agent stop
+	// the redirects first.
+	shared := e.dev.share != nil
+	if e.release != nil && !shared {
 		errs = append(errs, e.release())
 	}
 	if e.txcq != nil {
@@ -490,6 +494,9 @@ func (e *Endpoint) Close() error {
 		errs = append(errs, e.hops.Close())
 	}
 	errs = append(errs, releaseDevice(e.dev))
+	if e.release != nil && shared {
+		errs = append(errs, e.release())
+	}
 	if e.attr.AuthKey != 0 {
 		e.av.ReleaseAuthKey(e.attr.AuthKey)
 	}

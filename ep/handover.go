@@ -19,6 +19,16 @@ type Prepared struct {
 	e    *Endpoint
 	once sync.Once
 	err  error
+
+	// A sharing domain's endpoint (Domain.Prepare): its slot, its share
+	// of the receive pool, its transmit socket, and what Reclaim did.
+	dom         *Domain
+	slot        int
+	quota       int
+	tx          *dataplane.Socket
+	reclaimOnce sync.Once
+	reclaimed   int
+	reclaimErr  error
 }
 
 // Prepare makes an endpoint's kernel objects for another process: a device
@@ -35,7 +45,7 @@ func Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
 	if err := attr.validateKernel(); err != nil {
 		return nil, err
 	}
-	e, undo, err := setup(dp, attr, true)
+	e, undo, err := setup(dp, attr, newPrivateDevice)
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +63,7 @@ func Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
 type HandoverInfo struct {
 	ID         uint32                 `json:"id"`
 	Ifindex    int                    `json:"ifindex"`
+	FirstQueue int                    `json:"first_queue,omitempty"`
 	Queues     int                    `json:"queues"`
 	RxContexts int                    `json:"rx_contexts"`
 	MaxMsg     int                    `json:"max_msg"`
@@ -60,10 +71,14 @@ type HandoverInfo struct {
 	AuthKey    uint32                 `json:"auth_key,omitempty"`
 	Anchors    []dataplane.SocketInfo `json:"anchors"` // per queue; the first transmits
 	Sockets    []dataplane.SocketInfo `json:"sockets"` // per context, per queue
+	// Share is set for an endpoint of a sharing domain (Domain.Prepare).
+	Share *ShareInfo `json:"share,omitempty"`
 }
 
 // Handover returns the description and the descriptors to send, in this
-// order: the UMEM's memfd, the anchors, then the sockets. The descriptors
+// order: the UMEM's memfd, the anchors, then the sockets, and for a
+// sharing domain's endpoint the domain's ShareBlock and the endpoint's
+// transmit socket. The descriptors
 // stay the Prepared's (send them with SCM_RIGHTS, which duplicates them).
 // A nil or zero Prepared (not from Prepare) has nothing to hand over: the
 // zero HandoverInfo and no descriptors.
@@ -72,11 +87,13 @@ func (p *Prepared) Handover() (HandoverInfo, []int) {
 		return HandoverInfo{}, nil
 	}
 	e := p.e
-	info := HandoverInfo{ID: e.id, Ifindex: e.dev.key.ifindex, Queues: e.queues, RxContexts: len(e.rx),
+	info := HandoverInfo{ID: e.id, Ifindex: e.dev.key.ifindex, FirstQueue: e.dev.first, Queues: e.queues, RxContexts: len(e.rx),
 		MaxMsg: e.maxMsg, Frames: e.umem.NumFrames(), AuthKey: e.authKey}
 	fds := []int{e.umem.Memfd()}
 	for _, s := range e.dev.anchors {
-		info.Anchors = append(info.Anchors, s.Info())
+		si := s.Info()
+		si.Socket.Shared = p.dom != nil
+		info.Anchors = append(info.Anchors, si)
 		fds = append(fds, s.FD())
 	}
 	for _, c := range e.rx {
@@ -84,6 +101,10 @@ func (p *Prepared) Handover() (HandoverInfo, []int) {
 			info.Sockets = append(info.Sockets, s.Info())
 			fds = append(fds, s.FD())
 		}
+	}
+	if p.dom != nil {
+		info.Share = p.shareInfo()
+		fds = append(fds, p.dom.share.FD(), p.tx.FD())
 	}
 	return info, fds
 }
@@ -108,7 +129,8 @@ func (p *Prepared) Stats() (dataplane.Stats, error) {
 
 // Close removes the endpoint from the XDP tables and closes the agent's
 // descriptors; the application's copies keep the kernel sockets alive until
-// it closes them, but no frame reaches them any more. Idempotent; closing
+// it closes them, but no frame reaches them any more. A sharing domain's
+// endpoint keeps its sockets and slot until Reclaim. Idempotent; closing
 // a nil or zero Prepared returns nil (nothing to release).
 func (p *Prepared) Close() error {
 	if p == nil || p.e == nil {
@@ -119,7 +141,11 @@ func (p *Prepared) Close() error {
 		e.closed.Store(true)
 		p.err = e.deregister()
 		e.claim.Close() // the address is free once XDP no longer redirects it
-		e.closeSockets()
+		if p.dom == nil {
+			// A domain's endpoint keeps its sockets until Reclaim: their
+			// rings may hold the domain's frames.
+			e.closeSockets()
+		}
 		p.err = errors.Join(p.err, releaseDevice(e.dev))
 		if e.attr.AuthKey != 0 {
 			e.av.ReleaseAuthKey(e.attr.AuthKey)
@@ -164,7 +190,11 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 	if err := a.Attr.validate(); err != nil {
 		return nil, err
 	}
-	if want := 1 + len(info.Anchors) + len(info.Sockets); len(fds) != want || info.Queues != len(info.Anchors) ||
+	want := 1 + len(info.Anchors) + len(info.Sockets)
+	if info.Share != nil {
+		want += 2
+	}
+	if len(fds) != want || info.Queues != len(info.Anchors) ||
 		len(info.Sockets) != info.Queues*info.RxContexts || info.Queues < 1 {
 		return nil, fmt.Errorf("ep adopt: %d descriptors for %d anchors and %d sockets: %w", len(fds), len(info.Anchors), len(info.Sockets), fi.EINVAL)
 	}
@@ -176,6 +206,10 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 	}
 	e := &Endpoint{av: attr.AV, attr: attr, queues: info.Queues, id: info.ID, authKey: info.AuthKey, release: a.Release}
 	e.setMaxMsg(info.MaxMsg)
+	e.parkLimit = attr.Frames / 4
+	if info.Share != nil {
+		e.parkLimit = info.Share.ParkLimit
+	}
 	var undo undoList
 	defer func() {
 		if err != nil {
@@ -219,21 +253,52 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 		return nil, fmt.Errorf("no anchor sockets: %w", fi.EINVAL)
 	}
 	ucfg := info.Anchors[0].UMEM
-	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex}, queues: info.Queues, fillMu: make([]sync.Mutex, info.Queues)}
+	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex}, first: info.FirstQueue, queues: info.Queues, fillMu: make([]sync.Mutex, info.Queues)}
 	if d.umem, err = dataplane.AttachUMEM(fds[0], ucfg); err != nil {
 		return nil, err
 	}
 	owned[0] = true
-	for q, si := range info.Anchors {
-		s, err := dataplane.AdoptSocket(fds[1+q], si.Ifindex, si.Queue, d.umem, si.Socket)
+	defer func() {
 		if err != nil {
 			d.close()
+		}
+	}()
+	sh := info.Share
+	for q, si := range info.Anchors {
+		si.Socket.Shared = sh != nil
+		s, err := dataplane.AdoptSocket(fds[1+q], si.Ifindex, si.Queue, d.umem, si.Socket)
+		if err != nil {
 			return nil, fmt.Errorf("anchor socket of queue %d: %w", q, err)
 		}
 		owned[1+q] = true
 		d.anchors = append(d.anchors, s)
 	}
-	d.prime(info.Frames)
-	d.tx.init(d, info.Frames)
+	if sh == nil {
+		d.prime(info.Frames)
+		d.tx.init(d, info.Frames)
+		return d, nil
+	}
+	// A sharing domain's endpoint: the receive pool is in the domain's
+	// fill rings already; this endpoint allocates only its own transmit
+	// frames.
+	if sh.Config.FrameSize != ucfg.FrameSize || sh.Config.NumFrames() != ucfg.NumFrames || sh.Config.Queues != info.Queues ||
+		sh.Config.FirstQueue != info.FirstQueue || sh.Slot < 0 || sh.Slot >= sh.Config.Slots || sh.ParkLimit < 0 {
+		return nil, fmt.Errorf("sharing domain %+v slot %d does not match the UMEM %+v: %w", sh.Config, sh.Slot, ucfg, fi.EINVAL)
+	}
+	i := len(fds) - 2
+	if d.share, err = dataplane.AttachShareBlock(fds[i], sh.Config); err != nil {
+		return nil, err
+	}
+	owned[i] = true
+	d.slot = sh.Slot
+	first, n := d.share.TxRange(d.slot)
+	if err := d.umem.SetFreeRange(first, n); err != nil {
+		return nil, err
+	}
+	if d.txSock, err = dataplane.AdoptSocket(fds[i+1], sh.Tx.Ifindex, sh.Tx.Queue, d.umem, sh.Tx.Socket); err != nil {
+		return nil, fmt.Errorf("transmit socket: %w", err)
+	}
+	owned[i+1] = true
+	d.tx.init(d, ucfg.NumFrames)
 	return d, nil
 }

@@ -20,7 +20,7 @@ import (
 
 // On a two-queue interface, flows land on both rx queues. An endpoint
 // listens on every queue by default, so none falls back; one listening on
-// queue 0 only loses the others (counted as failed redirects).
+// queue 0 only loses the others (counted as wrong_queue).
 func TestMultiQueue(t *testing.T) {
 	const flows = 32
 	sendFlows := func(r *rig) {
@@ -58,7 +58,7 @@ func TestMultiQueue(t *testing.T) {
 	one := newRig(t, rigOpts{bedOpts: bed, epAttr: func(a *ep.Attr) { a.Queues = 1 }})
 	sendFlows(one)
 	waitCounter(t, one, bpf.CounterRX, flows)
-	if c, _ := one.dp.Counters(); c[bpf.CounterRedirectFail] == 0 {
+	if c, _ := one.dp.Counters(); c[bpf.CounterWrongQueue] == 0 {
 		t.Errorf("no flow arrived on queue 1: the test cannot tell whether queues are served")
 	}
 }

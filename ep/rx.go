@@ -239,7 +239,7 @@ func (c *rxCtx) progress() (blocked bool) {
 	if len(c.parked) > 0 {
 		c.drainParked()
 	}
-	parkRoom := c.ep.attr.Frames/4 - len(c.parked)
+	parkRoom := c.ep.parkLimit - len(c.parked)
 	for q, s := range c.socks {
 		got, full := c.take(q, s, &parkRoom)
 		if got == 0 && !full && s.Wake() {
@@ -266,7 +266,11 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 	if err != nil || n == 0 {
 		return 0, true
 	}
-	got = s.Take(c.descs[:n])
+	if d := c.ep.dev; d.share != nil {
+		got = s.TakeShared(d.share, d.slot, c.descs[:n])
+	} else {
+		got = s.Take(c.descs[:n])
+	}
 	for _, d := range c.descs[:got] {
 		f := frameRef{addr: d.Addr, len: d.Len, q: q}
 		if !c.deliver(f) {

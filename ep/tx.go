@@ -27,6 +27,12 @@ type txState struct {
 	addrs       []uint64
 	descs       []dataplane.Desc
 	shift       uint
+	// A sharing domain's endpoint transmits on a socket of its own (s)
+	// and takes its finished frames through the domain's block, from the
+	// completion ring of comp's queue.
+	share *dataplane.ShareBlock
+	slot  int
+	comp  *dataplane.Socket
 }
 
 type txOp struct {
@@ -37,6 +43,9 @@ type txOp struct {
 
 func (t *txState) init(d *device, frames int) {
 	t.s, t.umem = d.anchors[0], d.umem
+	if d.txSock != nil {
+		t.s, t.share, t.slot, t.comp = d.txSock, d.share, d.slot, d.anchors[0]
+	}
 	t.inflight = make([]txOp, frames)
 	t.addrs = make([]uint64, 64)
 	t.descs = make([]dataplane.Desc, 1)
@@ -250,6 +259,14 @@ func (t *txState) alloc() int {
 	return t.umem.Alloc(t.addrs[:1])
 }
 
+// complete takes finished frames into t.addrs.
+func (t *txState) complete() int {
+	if t.share != nil {
+		return t.share.Complete(t.slot, t.comp, t.addrs)
+	}
+	return t.s.Complete(t.addrs)
+}
+
 // kick wakes the kernel for the frames on the TX ring.
 func (t *txState) kick() {
 	if t.pending > 0 {
@@ -263,17 +280,20 @@ func (t *txState) kick() {
 // reservation. The caller holds t.mu.
 func (t *txState) reclaim() {
 	for t.outstanding > 0 {
-		n := t.s.Complete(t.addrs)
+		n := t.complete()
 		if n == 0 && t.pending == 0 {
 			// Copy mode transmits inside sendto, a batch per call: keep
 			// kicking until the ring drains.
 			t.s.Kick()
-			n = t.s.Complete(t.addrs)
+			n = t.complete()
 		}
 		if n == 0 {
 			break
 		}
-		t.outstanding -= n
+		// A domain's completion drainer that died may leave a frame to be
+		// reported twice: the second report finds nothing in flight (and
+		// Free ignores a free frame).
+		t.outstanding = max(t.outstanding-n, 0)
 		for _, a := range t.addrs[:n] {
 			i := a >> t.shift
 			if op := t.inflight[i]; op.e != nil {
