@@ -133,7 +133,7 @@ func TestAbuseAsGroupMember(t *testing.T) {
 		// anything is made. (Endpoints that fit are opened in
 		// TestUnprivilegedApp, where the agent runs in the interface's
 		// namespace.)
-		wantErrno(t, "frame memory beyond the quota", open(ctl.EPOpenArgs{Frames: 4096}), fi.EDQUOT)
+		wantErrno(t, "frame memory beyond the quota", open(ctl.EPOpenArgs{Frames: 4096, Private: true}), fi.EDQUOT)
 	})
 	t.Run("neighbours", func(t *testing.T) {
 		// Only for an interface the caller has an endpoint on.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -53,6 +54,10 @@ type Config struct {
 	// AdminGroup (name or number) may detach and change any AV besides
 	// root; empty: root only.
 	AdminGroup string
+	// ShareGroups are groups (names or numbers) whose members may share
+	// a sharing domain ("group:NAME") across uids; without one, a domain
+	// is one uid's.
+	ShareGroups []string
 	// Limits bound every caller's requests and holdings (zero fields:
 	// DefaultLimits).
 	Limits Limits
@@ -78,6 +83,10 @@ type Agent struct {
 	adminGID int                // -1: no admin group
 	nconns   int                // open connections, guarded by mu
 	usage    map[uint32]*usage  // per uid, guarded by mu
+
+	qmu      sync.Mutex           // serialises endpoint opens' queue arbitration
+	holds    map[int][]*queueHold // by ifindex, guarded by qmu
+	stopping atomic.Bool
 
 	ro          []*ebpf.Map          // read-only map handles handed to applications
 	atts        []*loader.Attachment // guarded by mu
@@ -107,6 +116,7 @@ func New(cfg Config) (_ *Agent, err error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, avs: map[string]*av.AV{}, clients: map[*conn]struct{}{}}
 	a.handlers = a.handlerTable()
 	a.usage = map[uint32]*usage{}
+	a.holds = map[int][]*queueHold{}
 	a.adminGID = -1
 	a.cfg.Limits.defaults()
 	if err := a.cfg.Limits.validate(); err != nil {
@@ -265,6 +275,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // close releases everything. Connections are closed and their goroutines
 // waited for (they release their endpoints) before the maps go.
 func (a *Agent) close(detach bool) error {
+	a.stopping.Store(true) // endpoints of live processes stay theirs (afterExit)
 	var errs []error
 	if a.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -71,11 +71,17 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
+	return newNodeWith(t, testbed.Options{})
+}
+
+// newNodeWith is newNode with a test bed made with opts.
+func newNodeWith(t *testing.T, opts testbed.Options) *node {
+	t.Helper()
 	testutil.RequirePrivileged(t)
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(dir), 0o755) // the test's own 0700 directory
-	n := &node{t: t, bed: testbed.New(t, testbed.Options{}), dir: dir,
+	n := &node{t: t, bed: testbed.New(t, opts), dir: dir,
 		pinRoot: filepath.Join(dir, "bpffs"), socket: filepath.Join(dir, "agent.sock"),
 		metrics: fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(20000))}
 	t.Cleanup(func() {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,7 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/procid"
 )
 
 // clientEP is an endpoint the agent prepared for a client.
@@ -19,6 +21,8 @@ type clientEP struct {
 	local   string
 	pid     int32
 	umem    int64             // bytes counted against the owner's quota
+	dom     *agentDomain      // the sharing domain it is in, or nil
+	hold    *queueHold        // a private endpoint's queues, or nil
 	ifindex int               // the interface it was prepared on
 	report  *ctl.EPReportArgs // the application's latest CQ statistics
 }
@@ -41,8 +45,10 @@ func (a *Agent) checkEPOpen(args ctl.EPOpenArgs) (netip.AddrPort, error) {
 		return local, fmt.Errorf("ep open: ring size %d, at most %d: %w", args.RingSize, l.RingSize, fi.EINVAL)
 	case args.RxContexts < 0 || args.RxContexts > l.RxContexts:
 		return local, fmt.Errorf("ep open: %d receive contexts, at most %d: %w", args.RxContexts, l.RxContexts, fi.EINVAL)
-	case args.Queues < 0 || args.Queues > ep.MaxQueues:
-		return local, fmt.Errorf("ep open: %d queues, at most %d: %w", args.Queues, ep.MaxQueues, fi.EINVAL)
+	case args.Queues < 0 || args.Queues > ep.MaxQueues || args.FirstQueue < 0 || args.FirstQueue >= ep.MaxQueues:
+		return local, fmt.Errorf("ep open: queues %d+%d, at most %d: %w", args.FirstQueue, args.Queues, ep.MaxQueues, fi.EINVAL)
+	case args.Private && args.Domain != "":
+		return local, fmt.Errorf("ep open: a private endpoint is in no sharing domain (domain %q): %w", args.Domain, fi.EINVAL)
 	}
 	if !a.attachedTo(args.Iface) {
 		return local, fmt.Errorf("ep open: the agent serves no interface %q (it attached to %v): %w",
@@ -88,6 +94,27 @@ func (a *Agent) releaseEP(uid uint32, umem int64) {
 	a.forgetIdle(uid)
 }
 
+// reserveUMEM counts a sharing domain's frame memory against the quota of
+// the uid whose request made it.
+func (a *Agent) reserveUMEM(uid uint32, umem int64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u, l := a.usageOf(uid), a.cfg.Limits
+	if u.umem+umem > l.UMEMBytesPerUID {
+		return fmt.Errorf("ep open: uid %d holds %d bytes of frame memory, a sharing domain's %d more exceed its quota of %d: %w",
+			uid, u.umem, umem, l.UMEMBytesPerUID, fi.EDQUOT)
+	}
+	u.umem += umem
+	return nil
+}
+
+func (a *Agent) releaseUMEM(uid uint32, umem int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.usageOf(uid).umem -= umem
+	a.forgetIdle(uid)
+}
+
 // epOpen prepares an endpoint for the client and hands its descriptors
 // over; the connection owns it from then on.
 func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOpenResult, _ []int, err error) {
@@ -100,30 +127,63 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	if err != nil {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %w", err)
 	}
-	umem := umemBytes(args.Frames)
-	if err := a.reserveEP(cn.who.uid, umem); err != nil {
+	var domain string
+	if !args.Private {
+		if domain, err = a.domainName(cn.who, args.Domain); err != nil {
+			return ctl.EPOpenResult{}, nil, err
+		}
+	}
+	attr := ep.Attr{
+		Ifname: args.Iface, Local: local, AV: v, Caps: args.Caps, RxContexts: args.RxContexts, FirstQueue: args.FirstQueue, Queues: args.Queues,
+		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
+		BindMode: a.cfg.BindMode, Logger: a.log, OwnerPID: int(cn.who.pid), OwnerStart: cn.who.start,
+	}
+	e := &clientEP{local: args.Local, pid: cn.who.pid}
+	if args.Private {
+		e.umem = umemBytes(args.Frames)
+	}
+	if err := a.reserveEP(cn.who.uid, e.umem); err != nil {
 		return ctl.EPOpenResult{}, nil, err
 	}
 	defer func() {
 		if err != nil {
-			a.releaseEP(cn.who.uid, umem)
+			a.releaseEP(cn.who.uid, e.umem)
 		}
 	}()
-	p, err := ep.Prepare(a.dp, ep.Attr{
-		Ifname: args.Iface, Local: local, AV: v, Caps: args.Caps, RxContexts: args.RxContexts, Queues: args.Queues,
-		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
-		BindMode: a.cfg.BindMode, Logger: a.log, OwnerPID: int(cn.who.pid), OwnerStart: cn.who.start,
-	})
+	ifc, err := net.InterfaceByName(args.Iface)
 	if err != nil {
+		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: interface %q: %w", args.Iface, fi.ENODEV)
+	}
+	e.ifindex = ifc.Index
+	// Queue arbitration and the endpoint's making are one step: two
+	// requests for the same free queues get one each, not both.
+	a.qmu.Lock()
+	if args.Private {
+		if e.hold, err = a.holdPrivate(args, ifc.Index, cn.who); err == nil {
+			if e.p, err = ep.Prepare(a.dp, attr); err != nil {
+				a.unhold(ifc.Index, e.hold)
+			}
+		}
+	} else if e.dom, err = a.joinDomain(cn.who, args, ifc.Index, domain); err == nil {
+		e.p, err = e.dom.dom.Prepare(a.dp, attr)
+	}
+	a.qmu.Unlock()
+	if err != nil {
+		if e.dom != nil {
+			a.retireEP(e, "open failed") // closes the domain if it was made for this request
+		}
 		return ctl.EPOpenResult{}, nil, err
 	}
+	p := e.p
 	info, fds := p.Handover()
 	if len(fds) > ctl.MaxFDs {
-		p.Close()
+		a.closeEP(e, "too many descriptors")
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
 			info.RxContexts, info.Queues, len(fds), ctl.MaxFDs, fi.EINVAL)
 	}
-	e := &clientEP{p: p, local: args.Local, pid: cn.who.pid, umem: umem, ifindex: info.Ifindex}
+	if domain != "" {
+		rec.add("domain", domain)
+	}
 	cn.mu.Lock()
 	cn.eps = append(cn.eps, e)
 	cn.mu.Unlock()
@@ -138,7 +198,8 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 		if e.p.ID() == id {
 			cn.eps = append(cn.eps[:i], cn.eps[i+1:]...)
 			defer a.releaseEP(cn.who.uid, e.umem)
-			return e.p.Close()
+			// The application closed it: it no longer runs its data path.
+			return a.closeEP(e, "closed")
 		}
 	}
 	return fmt.Errorf("ep close: endpoint %d is not this connection's: %w", id, fi.ENOENT)
@@ -166,8 +227,34 @@ func (a *Agent) releaseClient(cn *conn) {
 		err := e.p.Close()
 		a.audit(cn.who, "ep.close", err, &auditRec{attrs: []any{"id", e.p.ID(), "local", e.local, "reason", "connection closed"}})
 		a.releaseEP(cn.who.uid, e.umem)
+		switch {
+		case e.hold != nil:
+			a.qmu.Lock()
+			a.unhold(e.ifindex, e.hold)
+			a.qmu.Unlock()
+		case e.dom != nil:
+			// The process may still run the endpoint's data path (it
+			// closed only its connection): its frames and slot are taken
+			// back once it is gone.
+			a.afterExit(procid.ID{PID: uint32(cn.who.pid), Start: cn.who.start}, func() { a.retireEP(e, "owner process gone") })
+		}
 	}
 	cn.eps = nil
+}
+
+// closeEP closes an endpoint whose application is done with it, and gives
+// back its queues or its slot in the sharing domain.
+func (a *Agent) closeEP(e *clientEP, reason string) error {
+	err := e.p.Close()
+	switch {
+	case e.hold != nil:
+		a.qmu.Lock()
+		a.unhold(e.ifindex, e.hold)
+		a.qmu.Unlock()
+	case e.dom != nil:
+		a.retireEP(e, reason)
+	}
+	return err
 }
 
 // neighUse makes the kernel resolve (or re-verify) a next hop for an

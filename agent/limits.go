@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -34,6 +35,10 @@ type Limits struct {
 	// them explicitly; a port the kernel has a socket bound to is always
 	// refused (EADDRINUSE).
 	Ports PortRange
+	// DomainSlots, DomainRxFrames and DomainTxFrames size every sharing
+	// domain the agent makes: endpoints at most, the receive pool they
+	// share, the frames each transmits with (ep.DomainConfig).
+	DomainSlots, DomainRxFrames, DomainTxFrames int
 }
 
 // DefaultLimits are the limits of an agent configured with none.
@@ -49,6 +54,9 @@ var DefaultLimits = Limits{
 	EntriesPerUID:   1 << 16,
 	AVCount:         1 << 20,
 	Ports:           PortRange{Min: 1024, Max: 65535},
+	DomainSlots:     ep.DefaultDomainSlots,
+	DomainRxFrames:  ep.DefaultDomainRxFrames,
+	DomainTxFrames:  ep.DefaultDomainTxFrames,
 }
 
 func (l *Limits) defaults() {
@@ -67,6 +75,9 @@ func (l *Limits) defaults() {
 	set(&l.AVsPerUID, d.AVsPerUID)
 	set(&l.EntriesPerUID, d.EntriesPerUID)
 	set(&l.AVCount, d.AVCount)
+	set(&l.DomainSlots, d.DomainSlots)
+	set(&l.DomainRxFrames, d.DomainRxFrames)
+	set(&l.DomainTxFrames, d.DomainTxFrames)
 	if l.UMEMBytesPerUID == 0 {
 		l.UMEMBytesPerUID = d.UMEMBytesPerUID
 	}
@@ -80,7 +91,8 @@ func (l *Limits) validate() error {
 	for name, v := range map[string]int64{"conns": int64(l.Conns), "conns per uid": int64(l.ConnsPerUID),
 		"endpoints per uid": int64(l.EndpointsPerUID), "UMEM bytes per uid": l.UMEMBytesPerUID,
 		"frames": int64(l.Frames), "ring size": int64(l.RingSize), "receive contexts": int64(l.RxContexts),
-		"AVs per uid": int64(l.AVsPerUID), "entries per uid": int64(l.EntriesPerUID), "AV count": int64(l.AVCount)} {
+		"AVs per uid": int64(l.AVsPerUID), "entries per uid": int64(l.EntriesPerUID), "AV count": int64(l.AVCount),
+		"domain slots": int64(l.DomainSlots), "domain rx frames": int64(l.DomainRxFrames), "domain tx frames": int64(l.DomainTxFrames)} {
 		if v < 0 {
 			return fmt.Errorf("agent: limit %s is negative (%d): %w", name, v, fi.EINVAL)
 		}

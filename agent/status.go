@@ -52,6 +52,7 @@ func (a *Agent) status(withCounters bool) (ctl.Status, error) {
 			s.AVs = append(s.AVs, info)
 		}
 	}
+	s.Queues = a.domainInfos()
 	a.mu.Lock()
 	s.Clients = len(a.clients)
 	a.mu.Unlock()

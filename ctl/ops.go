@@ -211,6 +211,23 @@ type Status struct {
 	Clients     int               `json:"clients"`
 	Restarts    uint64            `json:"restarts"`
 	Counters    map[string]uint64 `json:"counters"`
+	// Queues are the holds on interfaces' rx queues: sharing domains and
+	// private endpoints.
+	Queues []DomainInfo `json:"queues"`
+}
+
+// DomainInfo is one hold on an interface's rx queues: a sharing domain
+// (Name set) or a private endpoint.
+type DomainInfo struct {
+	Iface      string `json:"iface"`
+	FirstQueue int    `json:"first_queue"`
+	Queues     int    `json:"queues"`
+	Holder     string `json:"holder"`
+	Name       string `json:"domain,omitempty"`
+	Users      int    `json:"users,omitempty"`
+	Slots      int    `json:"slots,omitempty"`
+	RxFrames   int    `json:"rx_frames,omitempty"`
+	TxFrames   int    `json:"tx_frames,omitempty"`
 }
 
 // Attachment is the program on one interface.
@@ -256,6 +273,15 @@ type EPOpenArgs struct {
 	Frames      int      `json:"frames,omitempty"`
 	RingSize    int      `json:"ring_size,omitempty"`
 	DropUnknown bool     `json:"drop_unknown,omitempty"`
+	// FirstQueue and Queues are the rx queues to listen on (Queues 0:
+	// from FirstQueue to the interface's last; a sharing domain that
+	// exists already: its queues).
+	FirstQueue int `json:"first_queue,omitempty"`
+	// Private asks for queues and frame memory of the endpoint's own
+	// instead of a sharing domain's; Domain names the sharing domain
+	// ("": the caller's uid's; "group:NAME": an operator-declared group's).
+	Private bool   `json:"private,omitempty"`
+	Domain  string `json:"domain,omitempty"`
 }
 
 // EPOpenResult is the agent's answer to OpEPOpen, beside the descriptors.

@@ -52,9 +52,12 @@ func (d *device) boundMode() dataplane.BindMode {
 	return dataplane.BindCopy
 }
 
+// devKey names a device: endpoints of a process on different queue
+// ranges of one interface (Attr.FirstQueue) have devices of their own.
 type devKey struct {
 	netns   uint64
 	ifindex int
+	first   int
 }
 
 var devices = struct {
@@ -69,11 +72,11 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := devKey{ns, ifindex}
+	key := devKey{ns, ifindex, a.FirstQueue}
 	devices.Lock()
 	defer devices.Unlock()
 	if d := devices.m[key]; d != nil {
-		if a.FirstQueue != d.first || queues > d.queues {
+		if queues > d.queues {
 			return nil, fmt.Errorf("interface has queues %d..%d open, endpoint wants %d..%d: %w",
 				d.first, d.first+d.queues-1, a.FirstQueue, a.FirstQueue+queues-1, fi.EINVAL)
 		}
@@ -103,7 +106,7 @@ func newPrivateDevice(ifindex, queues int, a *Attr) (*device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDevice(devKey{ns, ifindex}, queues, a, true)
+	return newDevice(devKey{ns, ifindex, a.FirstQueue}, queues, a, true)
 }
 
 func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err error) {

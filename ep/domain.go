@@ -119,7 +119,7 @@ func NewDomain(cfg DomainConfig) (_ *Domain, err error) {
 	scfg := dataplane.ShareConfig{FirstQueue: cfg.FirstQueue, Queues: cfg.Queues, Slots: cfg.Slots,
 		TxFrames: cfg.TxFrames, RxFrames: cfg.RxFrames, FrameSize: dataplane.DefaultFrameSize}
 	d := &Domain{cfg: cfg, users: make([]*Prepared, cfg.Slots)}
-	dev := &device{key: devKey{ns, iface.Index}, first: cfg.FirstQueue, queues: cfg.Queues, domain: d}
+	dev := &device{key: devKey{ns, iface.Index, cfg.FirstQueue}, first: cfg.FirstQueue, queues: cfg.Queues, domain: d}
 	defer func() {
 		if err != nil {
 			dev.close()

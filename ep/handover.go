@@ -253,7 +253,7 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 		return nil, fmt.Errorf("no anchor sockets: %w", fi.EINVAL)
 	}
 	ucfg := info.Anchors[0].UMEM
-	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex}, first: info.FirstQueue, queues: info.Queues, fillMu: make([]sync.Mutex, info.Queues)}
+	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex, info.FirstQueue}, first: info.FirstQueue, queues: info.Queues, fillMu: make([]sync.Mutex, info.Queues)}
 	if d.umem, err = dataplane.AttachUMEM(fds[0], ucfg); err != nil {
 		return nil, err
 	}

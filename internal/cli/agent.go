@@ -20,6 +20,8 @@ func agentCommand(e *env) *cobra.Command {
 		detach                                 bool
 		avEntries                              uint32
 		gcEvery                                time.Duration
+		shareGroups                            []string
+		domSlots, domRx, domTx                 int
 	)
 	c := &cobra.Command{
 		Use:   "agent --iface IF [flags]",
@@ -53,6 +55,10 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 	f.StringVar(&adminGroup, "admin-group", "", "group (name or number) whose members may detach and change every AV, besides root")
 	f.DurationVar(&gcEvery, "gc-interval", 5*time.Second, "how often to reclaim what dead processes left in the maps (endpoints, AVs, reserved capacity)")
 	f.StringVar(&ports, "ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")
+	f.StringArrayVar(&shareGroups, "share-group", nil, "group (name or number) whose members may share frame memory across uids as sharing domain group:NAME (repeat for several); without, a sharing domain is one uid's")
+	f.IntVar(&domSlots, "domain-endpoints", agent.DefaultLimits.DomainSlots, "endpoints a sharing domain holds at most")
+	f.IntVar(&domRx, "domain-rx-frames", agent.DefaultLimits.DomainRxFrames, "4 KiB frames of a sharing domain's receive pool, shared by its endpoints")
+	f.IntVar(&domTx, "domain-tx-frames", agent.DefaultLimits.DomainTxFrames, "4 KiB frames each endpoint of a sharing domain transmits with")
 	c.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{"native", "generic"}, cobra.ShellCompDirectiveNoFileComp))
 	c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	c.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
@@ -62,6 +68,9 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 			if i == "" {
 				return usagef("--iface: want an interface name")
 			}
+		}
+		if domSlots < 1 || domSlots > 254 || domRx < 64 || domTx < 16 {
+			return usagef("--domain-endpoints %d (1-254), --domain-rx-frames %d (>= 64), --domain-tx-frames %d (>= 16)", domSlots, domRx, domTx)
 		}
 		if gcEvery <= 0 {
 			return usagef("--gc-interval %v: want a positive duration", gcEvery)
@@ -92,9 +101,10 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 		slog.SetDefault(log)
 		a, err := agent.New(agent.Config{
 			Ifaces: ifaces, Mode: m, PinRoot: pinRoot, Socket: socket, SocketGroup: group,
-			MetricsAddr: metrics, DetachOnExit: detach, Logger: log, AdminGroup: adminGroup,
-			Limits: agent.Limits{Ports: portRange}, GCInterval: gcEvery,
-			Sizes: loader.Config{AVEntries: avEntries},
+			MetricsAddr: metrics, DetachOnExit: detach, Logger: log, AdminGroup: adminGroup, ShareGroups: shareGroups,
+			Limits:     agent.Limits{Ports: portRange, DomainSlots: domSlots, DomainRxFrames: domRx, DomainTxFrames: domTx},
+			GCInterval: gcEvery,
+			Sizes:      loader.Config{AVEntries: avEntries},
 		})
 		if err != nil {
 			return err
