@@ -497,4 +497,3 @@ func TestAppsOwnQueues(t *testing.T) {
 		t.Errorf("%d frames on a queue no endpoint listens on", c["wrong_queue"])
 	}
 }
-
