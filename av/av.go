@@ -72,18 +72,34 @@ func (a *AV) lock() (unlock func()) {
 // Resolve returns the address at index fa for the transmit path: a read of
 // the process's cache under a read lock, with no system call. A named AV
 // changed by another process is seen from this process's next other AV
-// call on (which re-reads it).
+// call on (which re-reads it), or from a miss here: an index this process
+// does not know re-reads the AV if another process changed it.
 func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
 	if a == nil || a.dp == nil {
 		return netip.AddrPort{}, false
 	}
 	a.rw.RLock()
-	defer a.rw.RUnlock()
 	if a.closed {
+		a.rw.RUnlock()
 		return netip.AddrPort{}, false
 	}
 	idx, ok := a.index(fa)
-	if !ok {
+	if ok || !a.shared {
+		defer a.rw.RUnlock()
+		if !ok {
+			return netip.AddrPort{}, false
+		}
+		return a.entries[idx].addr.AddrPort(), true
+	}
+	a.rw.RUnlock()
+	// A named AV another process changed (the agent inserted a peer for
+	// this one): a miss reloads the cache if its generation moved.
+	unlock := a.lock()
+	defer unlock()
+	if a.begin(false) != nil {
+		return netip.AddrPort{}, false
+	}
+	if idx, ok = a.index(fa); !ok {
 		return netip.AddrPort{}, false
 	}
 	return a.entries[idx].addr.AddrPort(), true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/loader"
 )
@@ -18,8 +19,13 @@ func pingpongCommand(e *env) *cobra.Command {
 bytes, iters, total, time, MB/sec, usec/xfer (elapsed / (iters x 2)) and
 Mxfers/sec, one line per message size. Start the server first; it echoes every
 message to its sender, which it learns from the first message (FI_SOURCE_ERR).
-Uses the agent's dataplane under --pin-root when one runs, else attaches the XDP
-program for the run. Needs root.`,
+By default (--via auto) the endpoint comes from the agent when one answers on
+--socket: no privilege is needed beyond the socket's group, the run's AV is a
+named AV of the caller's (pingpong-PORT, destroyed at the end), and the
+endpoint is in the caller's sharing domain, so several servers and clients
+share an interface. Without an agent (or with --via direct) it runs in the
+process, as root, on the agent's dataplane under --pin-root when one is
+pinned, else on one it attaches for the run.`,
 	}
 	g.AddCommand(pingpongRole(e, "server"), pingpongRole(e, "client"))
 	return g
@@ -28,6 +34,7 @@ program for the run. Needs root.`,
 func pingpongRole(e *env, role string) *cobra.Command {
 	var (
 		iface, local, peer, mode, pinRoot string
+		via, socket                       string
 		sizes                             []string
 		iters, warmup                     int
 		busy                              time.Duration
@@ -57,11 +64,23 @@ left out; an -S size larger than that is reported as skipped.`
 	f.DurationVar(&busy, "busy-poll", 0, "socket busy-poll time (e.g. 50us); 0 disables")
 	f.StringVar(&mode, "mode", "native", "XDP mode if pingpong attaches: native or generic")
 	f.StringVar(&pinRoot, "pin-root", envDefault("XDPFAB_PIN_ROOT", "/sys/fs/bpf/xdpfab"), "a running agent's pin root ($XDPFAB_PIN_ROOT)")
+	f.StringVar(&via, "via", "auto", "how to get the endpoint: agent (through the control socket), direct (in the process, root), auto (agent if one answers)")
+	f.StringVar(&socket, "socket", envDefault("XDPFAB_SOCKET", ctl.DefaultSocket), "the agent's control socket ($XDPFAB_SOCKET)")
 	c.MarkFlagRequired("iface")
 	c.MarkFlagRequired("local")
 	c.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{"native", "generic"}, cobra.ShellCompDirectiveNoFileComp))
+	c.RegisterFlagCompletionFunc("via", cobra.FixedCompletions([]string{"auto", "agent", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	c.RunE = runE(func(c *cobra.Command, _ []string) error {
-		o := pingpong.Options{Iface: iface, Iters: 1, BusyPoll: busy, PinRoot: pinRoot}
+		o := pingpong.Options{Iface: iface, Iters: 1, BusyPoll: busy, PinRoot: pinRoot, Socket: socket}
+		switch via {
+		case "auto":
+		case "agent":
+			o.Via = pingpong.ViaAgent
+		case "direct":
+			o.Via = pingpong.ViaDirect
+		default:
+			return usagef("--via %s: want auto, agent or direct", via)
+		}
 		if iface == "" {
 			return usagef("--iface: want an interface name")
 		}

@@ -40,18 +40,44 @@ type Options struct {
 	// PinRoot of a running agent's dataplane; empty or missing: a private
 	// dataplane attached for the run.
 	PinRoot string
+	// Via says how to get the endpoint: ViaAgent through the agent's
+	// control socket Socket (no privilege needed: the endpoint is in the
+	// caller's sharing domain, so several servers share an interface),
+	// ViaDirect in the process (root), ViaAuto through the agent when it
+	// answers on Socket, else directly.
+	Via    Via
+	Socket string
 }
+
+// Via is how a run gets its endpoint (Options.Via).
+type Via int
+
+// Ways to get the endpoint.
+const (
+	ViaAuto Via = iota
+	ViaAgent
+	ViaDirect
+)
 
 // session is one side's objects.
 type session struct {
 	dp  *loader.Objects
 	att *loader.Attachment
 	*stack.Stack
+	agent *agentSession // through the agent: Stack's AV, TxCQ, RxCQ and EP are set, the rest nil
 }
 
 func open(o Options, server bool) (*session, error) {
+	switch o.Via {
+	case ViaAgent:
+		return openAgent(o, server)
+	case ViaAuto:
+		if s, err := openAgent(o, server); err == nil || !errors.Is(err, errNoAgent) {
+			return s, err
+		}
+	}
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("pingpong needs root (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW) for its endpoint: %w", fi.EPERM)
+		return nil, fmt.Errorf("pingpong needs root (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW) for its endpoint, or an agent (no agent answers on %s): %w", o.Socket, fi.EPERM)
 	}
 	s := &session{}
 	cfg := loader.Config{}
@@ -91,6 +117,10 @@ func open(o Options, server bool) (*session, error) {
 }
 
 func (s *session) close() {
+	if s.agent != nil {
+		s.agent.close(s)
+		return
+	}
 	s.Stack.Close()
 	if s.att != nil {
 		s.att.Close()
@@ -169,13 +199,16 @@ func Server(ctx context.Context, w io.Writer, o Options) error {
 			if to, ok := peers[string(ee.ErrData)]; ok {
 				src = to
 			} else {
-				out := []fi.Addr{fi.AddrNotAvail}
-				if _, err := s.AV.InsertRaw([][]byte{ee.ErrData}, out, 0, nil); err != nil {
+				ap, err := fi.DecodeSockaddr(ee.ErrData)
+				if err != nil {
 					return err
 				}
-				ap, _ := fi.DecodeSockaddr(ee.ErrData)
-				fmt.Fprintf(w, "client %s is fi_addr %d\n", ap, out[0])
-				peers[string(ee.ErrData)], src = out[0], out[0]
+				to, err := s.insert(ap)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "client %s is fi_addr %d\n", ap, to)
+				peers[string(ee.ErrData)], src = to, to
 			}
 			e.Len = ee.Len
 		}
@@ -201,11 +234,10 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 		return err
 	}
 	defer s.close()
-	out := []fi.Addr{fi.AddrNotAvail}
-	if _, err := s.AV.Insert([]netip.AddrPort{o.Peer}, out, 0, nil); err != nil {
+	peer, err := s.insert(o.Peer)
+	if err != nil {
 		return err
 	}
-	peer := out[0]
 	maxMsg := s.EP.MaxMsgSize()
 	buf := make([]byte, maxMsg)
 	sizes := o.Sizes

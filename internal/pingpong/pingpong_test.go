@@ -26,7 +26,7 @@ func TestPingPong(t *testing.T) {
 	srvErr := make(chan error, 1)
 	wg.Go(func() {
 		srvErr <- bed.B.Do(func() error {
-			return pingpong.Server(ctx, &srvOut, pingpong.Options{Iface: testbed.LinkName, Local: srv})
+			return pingpong.Server(ctx, &srvOut, pingpong.Options{Iface: testbed.LinkName, Local: srv, Via: pingpong.ViaDirect})
 		})
 	})
 	defer func() { cancel(); wg.Wait() }()
@@ -37,7 +37,7 @@ func TestPingPong(t *testing.T) {
 		out.Reset()
 		err := bed.A.Do(func() error {
 			return pingpong.Client(ctx, &out, pingpong.Options{Iface: testbed.LinkName, Local: netip.AddrPortFrom(bed.A.IPv4, 7000),
-				Peer: srv, Sizes: sizes, Iters: 500, Warmup: 10})
+				Peer: srv, Sizes: sizes, Iters: 500, Warmup: 10, Via: pingpong.ViaDirect})
 		})
 		if err != nil {
 			t.Fatalf("client: %v\n%s", err, out.String())
