@@ -48,6 +48,7 @@ type Endpoint struct {
 	registered bool         // this process wrote the endpoint table and XSKMAP
 	unwatch    func()       // a wildcard's hold on the local-address watch (local_linux.go)
 	release    func() error // adopted: tells the agent the endpoint is gone
+	shm        atomic.Pointer[shmState] // same-host channels (shm.go); nil: none
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
@@ -76,6 +77,10 @@ func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
 	if err := e.start(&undo, nil); err != nil {
 		return nil, err
 	}
+	if err := e.shmOpen(); err != nil {
+		return nil, err
+	}
+	undo.add(e.shmClose)
 	if err := e.register(); err != nil {
 		return nil, err
 	}
@@ -455,6 +460,7 @@ func (e *Endpoint) Close() error {
 		close(e.stop)
 		<-e.done
 	}
+	e.shmClose()
 	var errs []error
 	if e.registered {
 		errs = append(errs, e.deregister())
