@@ -92,7 +92,7 @@ type shmState struct {
 	broker LocalBroker // nil: channels within this process (the registry)
 	evfd   int         // the receiver's eventfd: senders signal it while it sleeps
 	bell   *atomic.Uint64
-	bellB  []byte // the agent's doorbell page, mapped; nil in-process
+	bellB  []byte        // the agent's doorbell page, mapped; nil in-process
 	local  atomic.Uint64 // the in-process doorbell
 	seen   uint64        // the doorbell's value last acted on (rxMu)
 	nin    atomic.Int32
