@@ -78,6 +78,7 @@ type Agent struct {
 	adminGID int                // -1: no admin group
 	nconns   int                // open connections, guarded by mu
 	usage    map[uint32]*usage  // per uid, guarded by mu
+	local    localState         // same-host channels (localops.go)
 
 	ro          []*ebpf.Map          // read-only map handles handed to applications
 	atts        []*loader.Attachment // guarded by mu

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/cq"
@@ -100,8 +101,9 @@ type shmState struct {
 	// Sending: the channels by destination, replaced whole under outMu,
 	// read without a lock; a channel's state is guarded by the device's
 	// tx.mu, like every send.
-	outMu sync.Mutex
-	out   atomic.Pointer[map[netip.AddrPort]*shmTx]
+	outMu    sync.Mutex
+	out      atomic.Pointer[map[netip.AddrPort]*shmTx]
+	notLocal map[netip.AddrPort]int64 // unroutable, not an endpoint of the node, until (outMu)
 
 	// Receiving, guarded by rxMu.
 	rxMu sync.Mutex
@@ -447,19 +449,45 @@ func (e *Endpoint) shmOut(peer netip.AddrPort) *shmTx {
 	return (*m)[peer]
 }
 
-// shmWants reports whether a send that neigh refused with err should take
-// the same-host path: err says the destination is a local address and the
-// endpoint has a same-host side.
-func (e *Endpoint) shmWants(err error) bool {
-	return e.shm.Load() != nil && errors.Is(err, fi.EADDRNOTAVAIL)
+// shmWants reports whether a send that neigh refused with err should try
+// the same-host path: the destination is a local address (EADDRNOTAVAIL),
+// or one the endpoint's interface has no route to (ENETUNREACH,
+// EHOSTUNREACH: neigh asks for routes through the endpoint's interface,
+// and another interface's address is local but not routed through it),
+// unless the latter was found not to be an endpoint of the node within
+// the last second.
+func (e *Endpoint) shmWants(peer netip.AddrPort, err error) bool {
+	s := e.shm.Load()
+	switch {
+	case s == nil:
+		return false
+	case errors.Is(err, fi.EADDRNOTAVAIL):
+		return true
+	case !errors.Is(err, fi.ENETUNREACH) && !errors.Is(err, fi.EHOSTUNREACH):
+		return false
+	}
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	until, ok := s.notLocal[peer]
+	return !ok || time.Now().UnixNano() > until
 }
 
-// shmSendNew sets up the channel to peer, a local address, and sends on
-// it.
-func (e *Endpoint) shmSendNew(peer netip.AddrPort, opcode uint8, buf []byte, rxCtx uint8, group uint32, tag, data uint64, flags fi.Flags, ctx any) error {
+// shmSendNew sets up the channel to peer, which neigh refused with hopErr,
+// and sends on it. A destination that is no endpoint of the node fails
+// with hopErr, unless that says the address is local.
+func (e *Endpoint) shmSendNew(peer netip.AddrPort, hopErr error, opcode uint8, buf []byte, rxCtx uint8, group uint32, tag, data uint64, flags fi.Flags, ctx any) error {
 	s := e.shm.Load()
 	tx, err := s.connect(peer)
 	if err != nil {
+		if errors.Is(err, fi.EADDRNOTAVAIL) && !errors.Is(hopErr, fi.EADDRNOTAVAIL) {
+			s.outMu.Lock()
+			if len(s.notLocal) >= 1024 || s.notLocal == nil {
+				s.notLocal = map[netip.AddrPort]int64{}
+			}
+			s.notLocal[peer] = time.Now().Add(time.Second).UnixNano()
+			s.outMu.Unlock()
+			return fmt.Errorf("ep send to %v: %w", peer, hopErr)
+		}
 		return fmt.Errorf("ep send to %v: %w", peer, err)
 	}
 	return e.shmSend(tx, peer, opcode, buf, rxCtx, group, tag, data, flags, ctx, true)
@@ -498,7 +526,7 @@ func (e *Endpoint) shmSend(tx *shmTx, peer netip.AddrPort, opcode uint8, buf []b
 		if fresh {
 			return fmt.Errorf("ep send to %v: the local endpoint went away: %w", peer, fi.EADDRNOTAVAIL)
 		}
-		return e.shmSendNew(peer, opcode, buf, rxCtx, group, tag, data, flags, ctx)
+		return e.shmSendNew(peer, fi.EADDRNOTAVAIL, opcode, buf, rxCtx, group, tag, data, flags, ctx)
 	}
 	if err == nil && report {
 		op := txOp{e: e, ctx: ctx, flags: fi.Send | fi.Msg}

@@ -180,8 +180,8 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	}
 	hop, err := e.hops.Lookup(peer.Addr())
 	if err != nil {
-		if e.shmWants(err) {
-			return e.shmSendNew(peer, opcode, buf, rxCtx, group, tag, data, flags, ctx)
+		if e.shmWants(peer, err) {
+			return e.shmSendNew(peer, err, opcode, buf, rxCtx, group, tag, data, flags, ctx)
 		}
 		return fmt.Errorf("ep send to %v: %w", peer, err)
 	}
