@@ -41,6 +41,9 @@ import (
 // receives on: a further one fails with fi.EDQUOT.
 const MaxShmChannels = 64
 
+// shmQuota is MaxShmChannels, lowered by tests.
+var shmQuota = MaxShmChannels
+
 // shmMaxParked bounds the same-host messages a receive context holds for
 // want of a matching receive; beyond it the rest wait in their channels
 // (whose senders then see EAGAIN).
@@ -324,8 +327,8 @@ func (s *shmState) hand(rx *shmRx) error {
 	if s.closed {
 		return fmt.Errorf("endpoint at %v closed: %w", s.e.attr.Local, fi.EADDRNOTAVAIL)
 	}
-	if int(s.nin.Load())+len(s.pending) >= MaxShmChannels {
-		return fmt.Errorf("endpoint at %v receives on %d same-host channels, its quota: %w", s.e.attr.Local, MaxShmChannels, fi.EDQUOT)
+	if n := int(s.nin.Load()) + len(s.pending); n >= shmQuota {
+		return fmt.Errorf("endpoint at %v receives on %d same-host channels, its quota: %w", s.e.attr.Local, n, fi.EDQUOT)
 	}
 	s.pending = append(s.pending, rx)
 	s.local.Add(1)
@@ -348,7 +351,7 @@ func (s *shmState) connect(dest netip.AddrPort) (*shmTx, error) {
 		}
 		n = len(*old)
 	}
-	if n >= MaxShmChannels {
+	if n >= shmQuota {
 		return nil, fmt.Errorf("the endpoint sends on %d same-host channels, its quota: %w", n, fi.EDQUOT)
 	}
 	var tx *shmTx

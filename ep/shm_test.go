@@ -3,6 +3,7 @@
 package ep_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 )
 
 // localNode is one namespace with the XDP program attached and several
@@ -321,5 +323,128 @@ func TestLocalFlowControl(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("send to a closed local endpoint: %v", err)
 		}
+	}
+}
+
+// TestLocalHostile plays a hostile sender: it writes garbage into its own
+// channel. The receiver stays up, counts and closes that channel only;
+// the other senders' channels carry on, and the scribbler's next send sets
+// up a fresh channel.
+func TestLocalHostile(t *testing.T) {
+	n := newLocalNode(t)
+	ip := n.h.IPv4
+	x := n.open(t, netip.AddrPortFrom(ip, 7300), av.Attr{}, nil)
+	z := n.open(t, netip.AddrPortFrom(n.alt, 7300), av.Attr{}, nil)
+	y := n.open(t, netip.AddrPortFrom(ip, 7301), av.Attr{}, nil)
+	yAtX, yAtZ := x.insert(t, y.local), z.insert(t, y.local)
+	buf := make([]byte, 64)
+	for _, s := range []*side{x, z} {
+		y.ep.Recv(buf, fi.AddrUnspec, nil)
+		send(t, s, func() error { return s.ep.Inject([]byte("hi"), s.insert(t, y.local)) })
+		read(t, y.rx)
+	}
+	// Each attack is on a fresh channel whose one message was consumed:
+	// the next slot is slot 1, the tail 1.
+	for i, attack := range []func(mem, next []byte){
+		func(mem, next []byte) { // a well-formed header with a length beyond the slot, published
+			wire.PutHdr(next[8:], wire.Hdr{Op: wire.OpMsg})
+			binary.NativeEndian.PutUint32(next, 0xffffffff)
+			binary.NativeEndian.PutUint64(mem[0:], 2)
+		},
+		func(mem, next []byte) { // a tail far beyond the head
+			binary.NativeEndian.PutUint64(mem[0:], 1<<40)
+		},
+		func(mem, next []byte) { // a header that is not one
+			binary.NativeEndian.PutUint32(next, 8)
+			copy(next[8:], "garbage garbage garbage garbage!")
+			binary.NativeEndian.PutUint64(mem[0:], 2)
+		},
+	} {
+		if !x.ep.ShmScribble(y.local, attack) {
+			t.Fatalf("attack %d: x has no channel to y", i)
+		}
+		for range 10 {
+			y.ep.Progress()
+		}
+		if st := y.ep.LocalStats(); st.BadChannels != uint64(i+1) || st.In != 1 {
+			t.Fatalf("attack %d: receiver stats %+v", i, st)
+		}
+		// z is not affected.
+		y.ep.Recv(buf, fi.AddrUnspec, "z")
+		send(t, z, func() error { return z.ep.Inject([]byte("still here"), yAtZ) })
+		if e, _, _ := read(t, y.rx); e.OpContext != "z" || string(buf[:e.Len]) != "still here" {
+			t.Fatalf("attack %d: other channel: %+v", i, e)
+		}
+		// x's next send finds its channel closed and sets up another.
+		y.ep.Recv(buf, fi.AddrUnspec, "x")
+		send(t, x, func() error { return x.ep.Inject([]byte("again"), yAtX) })
+		if e, _, _ := read(t, y.rx); e.OpContext != "x" || string(buf[:e.Len]) != "again" {
+			t.Fatalf("attack %d: fresh channel: %+v", i, e)
+		}
+	}
+}
+
+// TestLocalQuota: channels beyond the quota, on either side, are EDQUOT.
+func TestLocalQuota(t *testing.T) {
+	n := newLocalNode(t)
+	ip := n.h.IPv4
+	defer ep.SetShmQuota(2)()
+	y := n.open(t, netip.AddrPortFrom(ip, 7400), av.Attr{}, nil)
+	var senders []*side
+	for i := range 3 {
+		senders = append(senders, n.open(t, netip.AddrPortFrom(ip, uint16(7401+i)), av.Attr{}, nil))
+	}
+	for i, s := range senders {
+		err := s.ep.Inject([]byte("x"), s.insert(t, y.local))
+		if want := i < 2; (err == nil) != want || (!want && !errors.Is(err, fi.EDQUOT)) {
+			t.Fatalf("sender %d to one receiver: %v", i, err)
+		}
+	}
+	x := senders[0]
+	var dests []*side
+	for i := range 2 {
+		dests = append(dests, n.open(t, netip.AddrPortFrom(ip, uint16(7410+i)), av.Attr{}, nil))
+	}
+	// x already sends to y: one more is fine, the third is over.
+	if err := x.ep.Inject([]byte("x"), x.insert(t, dests[0].local)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.ep.Inject([]byte("x"), x.insert(t, dests[1].local)); !errors.Is(err, fi.EDQUOT) {
+		t.Fatalf("third channel of one sender: %v", err)
+	}
+}
+
+// TestLocalAutoProgress: a receiver asleep in automatic progress is woken
+// by the sender (its eventfd), not by the poll timeout.
+func TestLocalAutoProgress(t *testing.T) {
+	n := newLocalNode(t)
+	ip := n.h.IPv4
+	x := n.open(t, netip.AddrPortFrom(ip, 7500), av.Attr{}, nil)
+	y := n.open(t, netip.AddrPortFrom(ip, 7501), av.Attr{}, func(a *ep.Attr) { a.Progress = ep.ProgressAuto })
+	yAtX := x.insert(t, y.local)
+	buf := make([]byte, 64)
+	y.ep.Recv(buf, fi.AddrUnspec, nil)
+	send(t, x, func() error { return x.ep.Inject([]byte("setup"), yAtX) })
+	read(t, y.rx)
+	const rounds = 20
+	start := time.Now()
+	for range rounds {
+		y.ep.Recv(buf, fi.AddrUnspec, nil)
+		time.Sleep(5 * time.Millisecond) // the progress goroutine goes to sleep
+		t0 := time.Now()
+		send(t, x, func() error { return x.ep.Inject([]byte("wake"), yAtX) })
+		var e [1]cq.Entry
+		for {
+			if n, _ := y.rx.Read(e[:]); n == 1 { // no progress from this read: automatic
+				break
+			}
+			if time.Since(t0) > 5*time.Second {
+				t.Fatal("no completion")
+			}
+		}
+	}
+	// A wake by the 50 ms poll timeout would take 25 ms on average.
+	if per := (time.Since(start) - rounds*5*time.Millisecond) / rounds; per > 15*time.Millisecond {
+		t.Errorf("%v per wake-up: the eventfd did not wake the receiver", per)
 	}
 }
