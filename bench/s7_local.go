@@ -412,7 +412,7 @@ func reportLocal(d *doc) {
 		"namespace's own address: the kernel's UDP over loopback, which is also what a kernel path for xdpfab's " +
 		"same-host peers would cost at least.")
 	d.p("")
-	d.p("Goal: xdpfab's p50 and mean at most 0.5× fi_pingpong's mean, i.e. both ratios below at least 2×.")
+	d.p("Goal: xdpfab's p50 and mean at most 0.5× fi_pingpong's mean, i.e. both ratios in the tables at least 2×.")
 	d.p("")
 	for _, size := range localSizes {
 		x, f := fmt.Sprintf("local/xdpfab-local/%d", size), fmt.Sprintf("local/fi-udp-local/%d", size)

@@ -40,8 +40,14 @@ func NewLocalChannel(maxMsg int) (*LocalChannel, int, int, error) {
 	return &LocalChannel{fd: fd, ctl: shmMem{b: b}}, ShmSlots, slotSize, nil
 }
 
-// FD is the channel's memfd, to hand to both sides.
-func (c *LocalChannel) FD() int { return c.fd }
+// FD is the channel's memfd, to hand to both sides (-1 for a nil or zero
+// LocalChannel, or once closed).
+func (c *LocalChannel) FD() int {
+	if c == nil || c.ctl.b == nil {
+		return -1
+	}
+	return c.fd
+}
 
 // Shut marks the channel closed for both sides: the sender's next send
 // fails over to setting up a new one, the receiver drops it once empty.
@@ -90,11 +96,23 @@ func NewDoorbell() (*Doorbell, error) {
 }
 
 // FDs are the descriptors to hand to the receiver (EnableLocal's order):
-// the page's memfd and the eventfd.
-func (d *Doorbell) FDs() []int { return []int{d.fd, d.evfd} }
+// the page's memfd and the eventfd (none for a nil or zero Doorbell, or
+// once closed).
+func (d *Doorbell) FDs() []int {
+	if d == nil || d.mem == nil {
+		return nil
+	}
+	return []int{d.fd, d.evfd}
+}
 
-// EventFD is the receiver's eventfd, which senders signal.
-func (d *Doorbell) EventFD() int { return d.evfd }
+// EventFD is the receiver's eventfd, which senders signal (-1 for a nil or
+// zero Doorbell, or once closed).
+func (d *Doorbell) EventFD() int {
+	if d == nil || d.mem == nil {
+		return -1
+	}
+	return d.evfd
+}
 
 // Ring announces a change: the receiver's next progress asks for it.
 func (d *Doorbell) Ring() {

@@ -70,6 +70,8 @@ var subjects = []subject{
 
 	{nilPtr: (*ep.Endpoint)(nil), zero: &ep.Endpoint{}},
 	{nilPtr: (*ep.Prepared)(nil), zero: &ep.Prepared{}},
+	{nilPtr: (*ep.LocalChannel)(nil), zero: &ep.LocalChannel{}},
+	{nilPtr: (*ep.Doorbell)(nil), zero: &ep.Doorbell{}},
 	{nilPtr: (*ep.RxContext)(nil), zero: &ep.RxContext{}},
 
 	{nilPtr: (*loader.Objects)(nil), zero: &loader.Objects{}},
@@ -225,6 +227,10 @@ func funcs() map[string]any {
 		"ep.Prepare":     ep.Prepare,
 		"ep.Adopt":       ep.Adopt,
 		"ep.ReclaimDead": ep.ReclaimDead,
+
+		"ep.NewLocalChannel": ep.NewLocalChannel,
+		"ep.NewDoorbell":     ep.NewDoorbell,
+		"ep.ShmSource":       ep.ShmSource,
 
 		"loader.ParseMode":      loader.ParseMode,
 		"loader.IsBPFFS":        loader.IsBPFFS,
