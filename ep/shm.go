@@ -258,13 +258,14 @@ func (e *Endpoint) shmKey() shmKey {
 }
 
 // shmFind returns the endpoint of this process that receives datagrams to
-// dest in network namespace netns: bound to it, else the family's wildcard
-// on its port (dest is a local address: the kernel said so).
-func shmFind(netns uint64, dest netip.AddrPort) *Endpoint {
+// dest in network namespace netns: bound to it, else, if dest is known to
+// be a local address (the kernel said so), the family's wildcard on its
+// port.
+func shmFind(netns uint64, dest netip.AddrPort, local bool) *Endpoint {
 	ip := dest.Addr().Unmap()
 	shmReg.Lock()
 	defer shmReg.Unlock()
-	if e := shmReg.m[shmKey{netns, netip.AddrPortFrom(ip, dest.Port())}]; e != nil {
+	if e := shmReg.m[shmKey{netns, netip.AddrPortFrom(ip, dest.Port())}]; e != nil || !local {
 		return e
 	}
 	wild := netip.IPv6Unspecified()
@@ -297,9 +298,9 @@ func newShmBytes(n int) []byte {
 }
 
 // connectInProcess sets up a channel to an endpoint of this process.
-func (s *shmState) connectInProcess(dest netip.AddrPort) (*shmTx, error) {
+func (s *shmState) connectInProcess(dest netip.AddrPort, local bool) (*shmTx, error) {
 	e := s.e
-	r := shmFind(e.dev.key.netns, dest)
+	r := shmFind(e.dev.key.netns, dest, local)
 	if r == nil {
 		return nil, fmt.Errorf("no endpoint of this process at %v (a local address; endpoints of other processes are reachable through the agent): %w", dest, fi.EADDRNOTAVAIL)
 	}
@@ -336,8 +337,10 @@ func (s *shmState) hand(rx *shmRx) error {
 	return nil
 }
 
-// connect returns the channel to dest, setting it up on first use.
-func (s *shmState) connect(dest netip.AddrPort) (*shmTx, error) {
+// connect returns the channel to dest, setting it up on first use; local
+// says the kernel called dest a local address (else it may be a remote
+// one the endpoint has no route to).
+func (s *shmState) connect(dest netip.AddrPort, local bool) (*shmTx, error) {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
 	if s.e.closed.Load() {
@@ -357,7 +360,7 @@ func (s *shmState) connect(dest netip.AddrPort) (*shmTx, error) {
 	var tx *shmTx
 	if s.broker == nil {
 		var err error
-		if tx, err = s.connectInProcess(dest); err != nil {
+		if tx, err = s.connectInProcess(dest, local); err != nil {
 			return nil, err
 		}
 	} else {
@@ -480,9 +483,10 @@ func (e *Endpoint) shmWants(peer netip.AddrPort, err error) bool {
 // with hopErr, unless that says the address is local.
 func (e *Endpoint) shmSendNew(peer netip.AddrPort, hopErr error, opcode uint8, buf []byte, rxCtx uint8, group uint32, tag, data uint64, flags fi.Flags, ctx any) error {
 	s := e.shm.Load()
-	tx, err := s.connect(peer)
+	local := errors.Is(hopErr, fi.EADDRNOTAVAIL)
+	tx, err := s.connect(peer, local)
 	if err != nil {
-		if errors.Is(err, fi.EADDRNOTAVAIL) && !errors.Is(hopErr, fi.EADDRNOTAVAIL) {
+		if errors.Is(err, fi.EADDRNOTAVAIL) && !local {
 			s.outMu.Lock()
 			if len(s.notLocal) >= 1024 || s.notLocal == nil {
 				s.notLocal = map[netip.AddrPort]int64{}

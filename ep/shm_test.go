@@ -28,6 +28,7 @@ type localNode struct {
 	dp  *loader.Objects
 	h   *testbed.Host
 	alt netip.Addr // a second address of the host
+	far netip.Addr // an address with no route
 }
 
 func newLocalNode(t *testing.T) *localNode {
@@ -39,7 +40,10 @@ func newLocalNode(t *testing.T) *localNode {
 	}
 	t.Cleanup(func() { dp.Close() })
 	bed := testbed.New(t, testbed.Options{StaticNeighbors: true})
-	n := &localNode{dp: dp, h: bed.A}
+	n := &localNode{dp: dp, h: bed.A, far: netip.MustParseAddr("198.19.254.254")}
+	if bed.Net4.Contains(n.far) {
+		n.far = netip.MustParseAddr("198.18.254.254")
+	}
 	// A second address in the bed's subnet that no host has.
 	n.alt = bed.Net4.Addr()
 	for range 200 {
@@ -184,7 +188,15 @@ func TestLocalSameProcess(t *testing.T) {
 			t.Fatalf("got %+v src %v err %+v", e, src, ee)
 		}
 	})
-	t.Run("no_endpoint", func(t *testing.T) {
+	t.Run("unroutable_not_wildcard", func(t *testing.T) {
+		// An address with no route is not the host's: the wildcard on its
+		// port does not receive it; the send fails with neigh's error.
+		far := x.insert(t, netip.AddrPortFrom(n.far, 7002))
+		if err := x.ep.Send([]byte("x"), far, nil); !errors.Is(err, fi.ENETUNREACH) {
+			t.Fatalf("send to an unroutable address: %v", err)
+		}
+	})
+		t.Run("no_endpoint", func(t *testing.T) {
 		none := x.insert(t, netip.AddrPortFrom(ip, 7999))
 		if err := x.ep.Send([]byte("x"), none, nil); !errors.Is(err, fi.EADDRNOTAVAIL) {
 			t.Fatalf("send to a local address without endpoint: %v", err)
