@@ -96,10 +96,11 @@ func TestLocalChild(t *testing.T) {
 	const n = 200
 	switch role {
 	case "server":
-		// Echo n messages to their source, report, then report again
-		// once the sender's channel is gone, then wait to be killed.
+		// Echo 2n messages to their sources (fi_addr 1 and 2), report,
+		// then report again once the senders' channels are gone, then
+		// wait to be killed.
 		r := localReport{Phase: "echoed"}
-		for r.Got < n {
+		for r.Got < 2*n {
 			e.TRecv(buf, fi.AddrUnspec, 7, 0, nil)
 			l, s, ok := recv(20 * time.Second)
 			if !ok {
@@ -107,7 +108,7 @@ func TestLocalChild(t *testing.T) {
 			}
 			r.Got++
 			r.LastSource = s
-			if s != fi.Addr(peer) {
+			if s != 1 && s != 2 {
 				r.Wrong++
 				continue
 			}
@@ -248,10 +249,15 @@ func TestLocalPeers(t *testing.T) {
 	n := newNode(t)
 	alt := localIfaces(t, n, "lx0", "lx1", "lx2")
 	n.startAgent("--socket-group", "65534", "--iface", "lx0", "--iface", "lx1", "--iface", "lx2")
-	srvAddr, cliAddr, attAddr := netip.AddrPortFrom(n.bed.A.IPv4, 7300), netip.AddrPortFrom(alt[0], 7301), netip.AddrPortFrom(alt[1], 7302)
+	// The first client shares the server's address (its endpoint is on
+	// another interface, its address is the host's all the same); the
+	// second client, the attacker and the late sender have addresses of
+	// their own.
+	srvAddr, cliAddr, attAddr := netip.AddrPortFrom(n.bed.A.IPv4, 7300), netip.AddrPortFrom(n.bed.A.IPv4, 7301), netip.AddrPortFrom(alt[1], 7302)
+	cli2Addr := netip.AddrPortFrom(alt[0], 7303)
 	lateAddr := netip.AddrPortFrom(alt[2], 7301)
 	n.cli("av", "create", "--name", "job")
-	if out, code := n.cli("av", "insert", "--name", "job", srvAddr.String(), cliAddr.String()); code != 0 {
+	if out, code := n.cli("av", "insert", "--name", "job", srvAddr.String(), cliAddr.String(), cli2Addr.String()); code != 0 {
 		t.Fatalf("insert: %s", out)
 	}
 	bin := filepath.Join(filepath.Dir(xdpfabBin), "agent.test")
@@ -301,9 +307,14 @@ func TestLocalPeers(t *testing.T) {
 	if r.Sent != 200 || r.Got != 200 || r.Wrong != 0 {
 		t.Fatalf("client: %+v", r)
 	}
+	cli2 := ready(run("client", cli2Addr, "XDPFAB_PEER_FIADDR=0", "XDPFAB_IFACE=lx2"))
+	if r := next(cli2); r.Sent != 200 || r.Got != 200 || r.Wrong != 0 {
+		t.Fatalf("second client: %+v", r)
+	}
+	cli2.cmd.Wait()
 	s := next(srv)
-	if s.Got != 200 || s.Wrong != 0 || s.Bad < 1 || s.In != 1 {
-		t.Fatalf("server: %+v (want 200 echoed from fi_addr 1, the attacker's channel closed as bad, the client's open)", s)
+	if s.Got != 400 || s.Wrong != 0 || s.Bad < 1 || s.In < 1 {
+		t.Fatalf("server: %+v (want 400 echoed from fi_addr 1 and 2, the attacker's channel closed as bad, the first client's open)", s)
 	}
 	// SIGKILL the sender: its channel goes from the receiver.
 	cli.cmd.Process.Kill()
