@@ -196,7 +196,7 @@ func TestLocalSameProcess(t *testing.T) {
 			t.Fatalf("send to an unroutable address: %v", err)
 		}
 	})
-		t.Run("no_endpoint", func(t *testing.T) {
+	t.Run("no_endpoint", func(t *testing.T) {
 		none := x.insert(t, netip.AddrPortFrom(ip, 7999))
 		if err := x.ep.Send([]byte("x"), none, nil); !errors.Is(err, fi.EADDRNOTAVAIL) {
 			t.Fatalf("send to a local address without endpoint: %v", err)
