@@ -44,11 +44,13 @@ type Endpoint struct {
 	txcq    *cq.Producer
 	waiting []txOp // send completions the TX CQ had no room for yet
 
-	claim      *os.File                 // the kernel socket holding Local's port (claimPort); nil when adopted
-	registered bool                     // this process wrote the endpoint table and XSKMAP
-	unwatch    func()                   // a wildcard's hold on the local-address watch (local_linux.go)
-	release    func() error             // adopted: tells the agent the endpoint is gone
-	shm        atomic.Pointer[shmState] // same-host channels (shm.go); nil: none
+	claim      *os.File     // the kernel socket holding Local's port (claimPort); nil when adopted
+	registered bool         // this process wrote the endpoint table and XSKMAP
+	unwatch    func()       // a wildcard's hold on the local-address watch (local_linux.go)
+	release    func() error // adopted: tells the agent the endpoint is gone
+
+	// Same-host channels (shm.go); nil: none.
+	shm atomic.Pointer[shmState]
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
