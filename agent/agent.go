@@ -83,6 +83,7 @@ type Agent struct {
 	adminGID int                // -1: no admin group
 	nconns   int                // open connections, guarded by mu
 	usage    map[uint32]*usage  // per uid, guarded by mu
+	local    localState         // same-host channels (localops.go)
 
 	qmu      sync.Mutex           // serialises endpoint opens' queue arbitration
 	holds    map[int][]*queueHold // by ifindex, guarded by qmu

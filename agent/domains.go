@@ -139,7 +139,9 @@ func (a *Agent) joinDomain(who caller, args ctl.EPOpenArgs, ifindex int, name st
 	if err := a.reserveUMEM(who.uid, umem); err != nil {
 		return nil, err
 	}
-	dom, err := ep.NewDomain(ep.DomainConfig{Ifname: args.Iface, FirstQueue: first, Queues: n, Slots: l.DomainSlots,
+	// Queues 0 (every queue from first on) lets the domain take the
+	// queues it can bind: a veth reports more than it has.
+	dom, err := ep.NewDomain(ep.DomainConfig{Ifname: args.Iface, FirstQueue: first, Queues: args.Queues, Slots: l.DomainSlots,
 		RxFrames: l.DomainRxFrames, TxFrames: l.DomainTxFrames, BindMode: a.cfg.BindMode, Logger: a.log})
 	if err != nil {
 		a.releaseUMEM(who.uid, umem)

@@ -198,6 +198,7 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 		if e.p.ID() == id {
 			cn.eps = append(cn.eps[:i], cn.eps[i+1:]...)
 			defer a.releaseEP(cn.who.uid, e.umem)
+			defer a.localDropEP(id) // its same-host channels (localops.go)
 			// The application closed it: it no longer runs its data path.
 			return a.closeEP(e, "closed")
 		}
@@ -221,6 +222,7 @@ func (a *Agent) epReport(cn *conn, r ctl.EPReportArgs) error {
 // releaseClient frees what a connection owned: its process closed it or
 // died.
 func (a *Agent) releaseClient(cn *conn) {
+	a.localDropConn(cn) // same-host channels (localops.go)
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	for _, e := range cn.eps {

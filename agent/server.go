@@ -325,5 +325,8 @@ func (a *Agent) handlerTable() map[string]handler {
 	add(typed(ctl.OpNeighUse, func(cn *conn, args ctl.NeighUseArgs) (ctl.None, []int, error) {
 		return ctl.None{}, nil, a.neighUse(cn, args)
 	}))
+	add(audited(a, ctl.OpLocalAttach, a.localAttach))
+	add(audited(a, ctl.OpLocalConnect, a.localConnect))
+	add(typed(ctl.OpLocalAccept, a.localAccept))
 	return t
 }

@@ -48,9 +48,13 @@ var sections = []section{
 	{"av", "4. AV control plane", runAV},
 	{"cq", "5. Completion queue", runCQ},
 	{"scale", "6. Scaling", runScaling},
+	{"local", "7. Same-host ping-pong", runLocal},
 }
 
 func main() {
+	if localChild() { // a process of section 7
+		return
+	}
 	cfg := &config{}
 	var only string
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke-test sizes and durations (bench-quick)")

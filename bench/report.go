@@ -135,7 +135,7 @@ func writeReport(r *results, cfg *config) error {
 		"(xdpfab's program ÷ a program that does nothing).", r.Reps)
 	d.p("")
 	d.p("**Reproduce.** As root: `make bench` regenerates this file, the plots and the JSON (under 15 minutes); " +
-		"`sudo bench/run.sh -sections xdp` (or `rx`, `pp`, `av`, `cq`, `scale`, comma-separated) runs single sections, " +
+		"`sudo bench/run.sh -sections xdp` (or `rx`, `pp`, `av`, `cq`, `scale`, `local`, comma-separated) runs single sections, " +
 		"and `-cases KEY,...` single rows (the keys are the last part of the JSON `key`); " +
 		"`make bench-quick` is the smoke run (writes bench/out/quick/).")
 	d.p("")
@@ -153,7 +153,7 @@ func writeReport(r *results, cfg *config) error {
 	secs := []struct {
 		name string
 		fn   func(*doc)
-	}{{"xdp", reportXDP}, {"rx", reportRx}, {"pp", reportPP}, {"av", reportAV}, {"cq", reportCQ}, {"scale", reportScale}}
+	}{{"xdp", reportXDP}, {"rx", reportRx}, {"pp", reportPP}, {"av", reportAV}, {"cq", reportCQ}, {"scale", reportScale}, {"local", reportLocal}}
 	for _, sc := range secs {
 		sc.fn(d)
 	}

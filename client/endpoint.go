@@ -37,6 +37,10 @@ func (c *Client) OpenEndpoint(req ctl.EPOpenArgs, attr ep.Attr) (*ep.Endpoint, e
 		c.epClose(id)
 		return nil, fmt.Errorf("ep open: %w", err)
 	}
+	if err := c.enableLocal(e, id); err != nil { // same-host peers (local.go)
+		e.Close()
+		return nil, fmt.Errorf("ep open: same-host channels: %w", err)
+	}
 	go c.report(e, id, attr.TxCQ, firstRx(attr))
 	return e, nil
 }

@@ -100,6 +100,21 @@ var (
 	OpMapsOpen = op[None, None]("maps.open")
 	// OpNeighUse asks the agent to make the kernel resolve a next hop.
 	OpNeighUse = op[NeighUseArgs, None]("neigh.use")
+
+	// Same-host channels (types in local.go; see package ep's
+	// EnableLocal and LocalBroker).
+
+	// OpLocalAttach makes an endpoint the caller opened reachable by the
+	// node's other endpoints; the reply carries its doorbell (a memfd page
+	// and an eventfd, ep.Endpoint.EnableLocal's order).
+	OpLocalAttach = op[LocalEPArgs, None]("local.attach")
+	// OpLocalConnect sets up a channel from an endpoint the caller opened
+	// to the endpoint of the node at Dest; the reply carries the channel's
+	// memfd and the receiver's eventfd.
+	OpLocalConnect = op[LocalConnectArgs, ep.LocalChannelInfo]("local.connect")
+	// OpLocalAccept returns the channels set up towards an endpoint the
+	// caller opened since its last call, with one memfd each.
+	OpLocalAccept = op[LocalEPArgs, LocalAcceptResult]("local.accept")
 )
 
 // AVCreateArgs opens or creates a named AV in the agent.

@@ -183,6 +183,9 @@ func AttachShareBlock(fd int, cfg ShareConfig) (*ShareBlock, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if fd < 0 {
+		return nil, fmt.Errorf("share attach: descriptor %d: %w", fd, fi.EINVAL)
+	}
 	lay := layoutOf(cfg)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -217,15 +220,33 @@ func mapShare(fd int, cfg ShareConfig, lay shareLayout) (*ShareBlock, error) {
 	return &ShareBlock{cfg: cfg, mem: mem, fd: fd, lay: lay, shift: shift}, nil
 }
 
-// FD is the block's memfd, owned by the block.
-func (b *ShareBlock) FD() int { return b.fd }
+// ok reports whether b is a mapped block (not nil, not a zero value, not
+// closed). Every method of a nil, zero or closed block does nothing and
+// fails with fi.EINVAL where it returns an error.
+func (b *ShareBlock) ok() bool { return b != nil && b.mem != nil }
+
+var errNoBlock = fmt.Errorf("share: block is nil, closed or not from NewShareBlock or AttachShareBlock: %w", fi.EINVAL)
+
+// FD is the block's memfd, owned by the block (-1 for a nil, zero or
+// closed block).
+func (b *ShareBlock) FD() int {
+	if !b.ok() {
+		return -1
+	}
+	return b.fd
+}
 
 // Config is the block's configuration.
-func (b *ShareBlock) Config() ShareConfig { return b.cfg }
+func (b *ShareBlock) Config() ShareConfig {
+	if b == nil {
+		return ShareConfig{}
+	}
+	return b.cfg
+}
 
 // Close unmaps the block and closes its memfd.
 func (b *ShareBlock) Close() error {
-	if b == nil || b.mem == nil {
+	if !b.ok() {
 		return nil
 	}
 	err := unix.Munmap(b.mem)
@@ -259,6 +280,9 @@ func (b *ShareBlock) marks() []byte { return b.mem[b.lay.marks : b.lay.marks+b.c
 
 // TxRange is slot's transmit frames: frame indices first .. first+n-1.
 func (b *ShareBlock) TxRange(slot int) (first, n int) {
+	if !b.ok() || slot < 0 || slot >= b.cfg.Slots {
+		return 0, 0
+	}
 	return b.cfg.RxFrames + slot*b.cfg.TxFrames, b.cfg.TxFrames
 }
 
@@ -313,6 +337,9 @@ func (b *ShareBlock) alive(slot int) bool {
 // transmit path ignores completions of frames it has not sent). The
 // creator calls it before handing the slot over.
 func (b *ShareBlock) Activate(slot int) error {
+	if !b.ok() {
+		return errNoBlock
+	}
 	if slot < 0 || slot >= b.cfg.Slots {
 		return fmt.Errorf("share: slot %d of %d: %w", slot, b.cfg.Slots, fi.EINVAL)
 	}
@@ -335,7 +362,7 @@ func (b *ShareBlock) Activate(slot int) error {
 // will not touch the rings again). Locks it holds pass to their next
 // waiter. Call Reclaim next.
 func (b *ShareBlock) Retire(slot int) {
-	if slot >= 0 && slot < b.cfg.Slots {
+	if b.ok() && slot >= 0 && slot < b.cfg.Slots {
 		b.slot(slot).state.Store(slotDead)
 	}
 }
@@ -343,6 +370,9 @@ func (b *ShareBlock) Retire(slot int) {
 // Mark records that slot holds the frames of descs (taken off its RX
 // ring): call it before the ring's consumer index moves past them.
 func (b *ShareBlock) Mark(slot int, descs []Desc) {
+	if !b.ok() || slot < 0 || slot >= b.cfg.Slots {
+		return
+	}
 	m, me := b.marks(), byte(slot+1)
 	for _, d := range descs {
 		if f := d.Addr >> b.shift; f < uint64(b.cfg.RxFrames) {
@@ -357,7 +387,7 @@ func (b *ShareBlock) Mark(slot int, descs []Desc) {
 // whole pool, so it takes them all unless something is wrong; the caller
 // keeps the rest.
 func (b *ShareBlock) Fill(slot int, s *Socket, addrs []uint64) int {
-	if s == nil || s.q == nil {
+	if !b.ok() || s == nil || s.q == nil {
 		return 0
 	}
 	qi := s.queue - b.cfg.FirstQueue
@@ -406,7 +436,7 @@ func (b *ShareBlock) Fill(slot int, s *Socket, addrs []uint64) int {
 // frames to their return rings. s is any socket of the UMEM on the first
 // queue.
 func (b *ShareBlock) Complete(slot int, s *Socket, out []uint64) int {
-	if slot < 0 || slot >= b.cfg.Slots {
+	if !b.ok() || slot < 0 || slot >= b.cfg.Slots {
 		return 0
 	}
 	n := b.popReturn(slot, out)
@@ -466,6 +496,9 @@ func (b *ShareBlock) popReturn(slot int, out []uint64) int {
 // if it died holding one, and repairs what it left half done. The slot is
 // free again afterwards. It returns how many frames went back.
 func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, error) {
+	if !b.ok() {
+		return 0, nil // nothing to take back
+	}
 	if slot < 0 || slot >= b.cfg.Slots {
 		return 0, fmt.Errorf("share: slot %d of %d: %w", slot, b.cfg.Slots, fi.EINVAL)
 	}
@@ -545,12 +578,18 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 // the queues, as the creator before any slot is active. anchors are
 // sockets of the UMEM on the queues, in order.
 func (b *ShareBlock) Prime(anchors []*Socket) error {
+	if !b.ok() {
+		return errNoBlock
+	}
 	if len(anchors) != b.cfg.Queues {
 		return fmt.Errorf("share: %d sockets for %d queues: %w", len(anchors), b.cfg.Queues, fi.EINVAL)
 	}
 	per := b.cfg.RxFrames / b.cfg.Queues
 	next := 0
 	for q, s := range anchors {
+		if s == nil || s.q == nil {
+			return fmt.Errorf("share: no socket for queue %d: %w", q, fi.EINVAL)
+		}
 		n := per
 		if q == len(anchors)-1 {
 			n = b.cfg.RxFrames - next
@@ -570,6 +609,9 @@ func (b *ShareBlock) Prime(anchors []*Socket) error {
 // Held counts the receive frames slot holds (marked), for statistics and
 // tests.
 func (b *ShareBlock) Held(slot int) int {
+	if !b.ok() || slot < 0 || slot >= b.cfg.Slots {
+		return 0
+	}
 	n, me := 0, byte(slot+1)
 	for _, v := range b.marks()[:b.cfg.RxFrames] {
 		if v == me {
@@ -583,7 +625,7 @@ func (b *ShareBlock) Held(slot int) int {
 // slot's before the RX ring's consumer index moves past them, so no frame
 // is ever in neither place.
 func (s *Socket) TakeShared(b *ShareBlock, slot int, descs []Desc) int {
-	if s == nil {
+	if s == nil || !b.ok() {
 		return 0
 	}
 	r := &s.rx

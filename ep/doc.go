@@ -17,6 +17,19 @@
 // kernel; peer groups (fi_group_addr) are carried on the wire and matched
 // on receive.
 //
+// Same-host peers: a send to an address of this host (which the kernel
+// would loop back, never through the XDP program) goes through a
+// shared-memory channel to the endpoint receiving at that address, set up
+// on the first send by a party that vouches for the sender's address: this
+// process, between endpoints it opened with Open, or the agent, between
+// endpoints it prepared (EnableLocal, which package client calls). The
+// receiver names the sender through its own AV exactly as the XDP program
+// would (fi_addr, user ID, auth key, FI_ADDR_NOTAVAIL, FI_SOURCE_ERR or a
+// counted drop), every matching and completion rule is the same, and it
+// treats the channel's contents as hostile: a channel its sender broke is
+// closed and counted (LocalStats), never a panic. See
+// docs/ARCHITECTURE.md#same-host-peers and docs/SECURITY.md#same-host-channels.
+//
 // Progress is manual by default: the application's reads of the CQs poll
 // the sockets, the low-latency mode. Attr.Progress = ProgressAuto runs a
 // goroutine instead.

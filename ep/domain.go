@@ -106,7 +106,8 @@ func NewDomain(cfg DomainConfig) (_ *Domain, err error) {
 	if l, err := netlink.LinkByIndex(iface.Index); err == nil && l.Attrs().NumRxQueues > 0 {
 		have = l.Attrs().NumRxQueues
 	}
-	if cfg.Queues == 0 {
+	all := cfg.Queues == 0
+	if all {
 		cfg.Queues = max(have-cfg.FirstQueue, 1)
 	}
 	if cfg.FirstQueue+cfg.Queues > have {
@@ -116,26 +117,35 @@ func NewDomain(cfg DomainConfig) (_ *Domain, err error) {
 	if err != nil {
 		return nil, err
 	}
-	scfg := dataplane.ShareConfig{FirstQueue: cfg.FirstQueue, Queues: cfg.Queues, Slots: cfg.Slots,
-		TxFrames: cfg.TxFrames, RxFrames: cfg.RxFrames, FrameSize: dataplane.DefaultFrameSize}
 	d := &Domain{cfg: cfg, users: make([]*Prepared, cfg.Slots)}
+	numFrames := cfg.RxFrames + cfg.Slots*cfg.TxFrames
 	dev := &device{key: devKey{ns, iface.Index, cfg.FirstQueue}, first: cfg.FirstQueue, queues: cfg.Queues, domain: d}
 	defer func() {
 		if err != nil {
 			dev.close()
 		}
 	}()
-	if dev.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: scfg.NumFrames(), Shared: true}); err != nil {
+	if dev.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: numFrames, Shared: true}); err != nil {
 		return nil, fmt.Errorf("domain: %w", err)
 	}
 	for q := range cfg.Queues {
 		s, err := dataplane.Open(iface.Index, cfg.FirstQueue+q, dev.umem,
 			dataplane.SocketConfig{RxSize: -1, TxSize: 64, Mode: cfg.BindMode, BusyPoll: cfg.BusyPoll, Logger: cfg.Logger})
 		if err != nil {
+			// The device reports more queues than it has in use (a veth
+			// made with numrxqueues > real ones): take those it has.
+			if all && q > 0 && errors.Is(err, fi.EINVAL) {
+				break
+			}
 			return nil, fmt.Errorf("domain: socket for queue %d: %w", cfg.FirstQueue+q, err)
 		}
 		dev.anchors = append(dev.anchors, s)
 	}
+	cfg.Queues = len(dev.anchors)
+	dev.queues = cfg.Queues
+	d.cfg = cfg
+	scfg := dataplane.ShareConfig{FirstQueue: cfg.FirstQueue, Queues: cfg.Queues, Slots: cfg.Slots,
+		TxFrames: cfg.TxFrames, RxFrames: cfg.RxFrames, FrameSize: dataplane.DefaultFrameSize}
 	if dev.share, err = dataplane.NewShareBlock(scfg); err != nil {
 		return nil, fmt.Errorf("domain: %w", err)
 	}
@@ -146,12 +156,21 @@ func NewDomain(cfg DomainConfig) (_ *Domain, err error) {
 	return d, nil
 }
 
-// Config returns the domain's configuration, defaults filled in.
-func (d *Domain) Config() DomainConfig { return d.cfg }
+// Config returns the domain's configuration, defaults filled in (the zero
+// DomainConfig for a nil Domain).
+func (d *Domain) Config() DomainConfig {
+	if d == nil {
+		return DomainConfig{}
+	}
+	return d.cfg
+}
 
 // Users is the number of slots in use: endpoints prepared and not yet
-// reclaimed.
+// reclaimed (0 for a nil or zero Domain).
 func (d *Domain) Users() int {
+	if d == nil {
+		return 0
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
@@ -180,6 +199,9 @@ func quotaOf(a *Attr, queues int) (quota, park int) {
 // one more would not), so no endpoint can starve the others. Call it from
 // a thread in the interface's network namespace.
 func (d *Domain) Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
+	if d == nil || d.dev == nil {
+		return nil, fmt.Errorf("ep open: sharing domain is nil or not from NewDomain: %w", fi.EINVAL)
+	}
 	if err := checkDataplane(dp); err != nil {
 		return nil, err
 	}
@@ -267,7 +289,7 @@ func (d *Domain) free(p *Prepared) {
 // Close releases the domain once no endpoint uses it: EBUSY while one
 // does (Prepared.Reclaim frees them). Idempotent.
 func (d *Domain) Close() error {
-	if d == nil {
+	if d == nil || d.dev == nil {
 		return nil
 	}
 	d.mu.Lock()

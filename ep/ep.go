@@ -50,6 +50,9 @@ type Endpoint struct {
 	unwatch    func()       // a wildcard's hold on the local-address watch (local_linux.go)
 	release    func() error // adopted: tells the agent the endpoint is gone
 
+	// Same-host channels (shm.go); nil: none.
+	shm atomic.Pointer[shmState]
+
 	closed  atomic.Bool
 	closeMu sync.Mutex
 	stop    chan struct{}
@@ -77,6 +80,10 @@ func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
 	if err := e.start(&undo, nil); err != nil {
 		return nil, err
 	}
+	if err := e.shmOpen(); err != nil {
+		return nil, err
+	}
+	undo.add(e.shmClose)
 	if err := e.register(); err != nil {
 		return nil, err
 	}
@@ -455,6 +462,7 @@ func (e *Endpoint) Close() error {
 		close(e.stop)
 		<-e.done
 	}
+	e.shmClose()
 	var errs []error
 	if e.registered {
 		errs = append(errs, e.deregister())

@@ -27,6 +27,7 @@ func (e *Endpoint) progress() (blocked bool) {
 	for _, c := range e.rx {
 		blocked = c.progress() || blocked
 	}
+	blocked = e.shmPoll() || blocked // same-host channels (shm.go)
 	return blocked
 }
 
@@ -43,6 +44,7 @@ func (e *Endpoint) autoProgress() {
 			fds = append(fds, unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN})
 		}
 	}
+	nsock := len(fds)
 	blocked := false
 	for {
 		select {
@@ -59,8 +61,12 @@ func (e *Endpoint) autoProgress() {
 		t.mu.Unlock()
 		if blocked {
 			time.Sleep(time.Duration(timeout) * time.Millisecond)
-		} else {
+		} else if e.shmSleep() { // same-host channels: sleeping marked (shm.go)
+			if fd := e.shmPollFD(); fd >= 0 {
+				fds = append(fds[:nsock], unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+			}
 			unix.Poll(fds, timeout)
+			e.shmAwake()
 		}
 		blocked = e.progress()
 	}

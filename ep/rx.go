@@ -182,6 +182,7 @@ func (c *rxCtx) post(op recvOp, tagged bool) error {
 			return err
 		}
 	}
+	e.shmPosted(c) // and same-host messages (shm.go)
 	return nil
 }
 

@@ -184,8 +184,14 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	if peer.Addr().Unmap().Is4() != e.attr.Local.Addr().Unmap().Is4() {
 		return fmt.Errorf("ep send: %v is not of the endpoint's address family: %w", peer, fi.EADDRNOTAVAIL)
 	}
+	if tx := e.shmOut(peer); tx != nil { // a same-host peer (shm.go)
+		return e.shmSend(tx, peer, opcode, buf, rxCtx, group, tag, data, flags, ctx, false)
+	}
 	hop, err := e.hops.Lookup(peer.Addr())
 	if err != nil {
+		if e.shmWants(peer, err) {
+			return e.shmSendNew(peer, err, opcode, buf, rxCtx, group, tag, data, flags, ctx)
+		}
 		return fmt.Errorf("ep send to %v: %w", peer, err)
 	}
 	hdr := wire.Hdr{Op: opcode, RxCtx: rxCtx, Group: group, AuthKey: e.authKey, Tag: tag, CQData: data}

@@ -70,6 +70,9 @@ var subjects = []subject{
 
 	{nilPtr: (*ep.Endpoint)(nil), zero: &ep.Endpoint{}},
 	{nilPtr: (*ep.Prepared)(nil), zero: &ep.Prepared{}},
+	{nilPtr: (*ep.Domain)(nil), zero: &ep.Domain{}},
+	{nilPtr: (*ep.LocalChannel)(nil), zero: &ep.LocalChannel{}},
+	{nilPtr: (*ep.Doorbell)(nil), zero: &ep.Doorbell{}},
 	{nilPtr: (*ep.RxContext)(nil), zero: &ep.RxContext{}},
 
 	{nilPtr: (*loader.Objects)(nil), zero: &loader.Objects{}},
@@ -78,6 +81,8 @@ var subjects = []subject{
 
 	{nilPtr: (*dataplane.UMEM)(nil), zero: &dataplane.UMEM{}},
 	{nilPtr: (*dataplane.Socket)(nil), zero: &dataplane.Socket{}},
+	{nilPtr: (*dataplane.ShareBlock)(nil), zero: &dataplane.ShareBlock{}},
+	{zero: dataplane.ShareConfig{}, zeroWorks: true},
 	{zero: dataplane.BindMode(0)},
 
 	{nilPtr: (*neigh.Resolver)(nil), zero: &neigh.Resolver{}},
@@ -109,7 +114,7 @@ var subjects = []subject{
 // releases are the methods that release what a value holds: on a nil or
 // zero value there is nothing to release and they return nil, as a second
 // Close does.
-var releases = map[string]bool{"Close": true, "Unbind": true, "Unpin": true}
+var releases = map[string]bool{"Close": true, "Unbind": true, "Unpin": true, "Reclaim": true}
 
 // releaseMethods are the release methods outside releases' names.
 var releaseMethods = map[string]bool{"*loader.Attachment.Detach": true}
@@ -226,17 +231,24 @@ func funcs() map[string]any {
 		"ep.Adopt":       ep.Adopt,
 		"ep.ReclaimDead": ep.ReclaimDead,
 
-		"loader.ParseMode":      loader.ParseMode,
-		"loader.IsBPFFS":        loader.IsBPFFS,
-		"loader.UnmountBPFFS":   loader.UnmountBPFFS,
-		"loader.Load":           loader.Load,
-		"loader.OpenPinned":     loader.OpenPinned,
-		"loader.FromFDs":        loader.FromFDs,
-		"dataplane.AdoptSocket": dataplane.AdoptSocket,
-		"dataplane.Open":        dataplane.Open,
-		"dataplane.ThreadNetns": dataplane.ThreadNetns,
-		"dataplane.NewUMEM":     dataplane.NewUMEM,
-		"dataplane.AttachUMEM":  dataplane.AttachUMEM,
+		"ep.NewLocalChannel": ep.NewLocalChannel,
+		"ep.NewDoorbell":     ep.NewDoorbell,
+		"ep.ShmSource":       ep.ShmSource,
+
+		"loader.ParseMode":           loader.ParseMode,
+		"loader.IsBPFFS":             loader.IsBPFFS,
+		"loader.UnmountBPFFS":        loader.UnmountBPFFS,
+		"loader.Load":                loader.Load,
+		"loader.OpenPinned":          loader.OpenPinned,
+		"loader.FromFDs":             loader.FromFDs,
+		"dataplane.AdoptSocket":      dataplane.AdoptSocket,
+		"dataplane.Open":             dataplane.Open,
+		"dataplane.ThreadNetns":      dataplane.ThreadNetns,
+		"dataplane.NewUMEM":          dataplane.NewUMEM,
+		"dataplane.NewShareBlock":    dataplane.NewShareBlock,
+		"dataplane.AttachShareBlock": dataplane.AttachShareBlock,
+		"ep.NewDomain":               ep.NewDomain,
+		"dataplane.AttachUMEM":       dataplane.AttachUMEM,
 
 		"neigh.New": neigh.New,
 
@@ -430,6 +442,15 @@ func TestZeroPointees(t *testing.T) {
 		"av.DestroyOrphan": func() error { return av.DestroyOrphan(zeroDP(), 1, 1, 0) },
 		"ep.Open":          func() error { _, err := ep.Open(zeroDP(), ep.Attr{}); return err },
 		"ep.Prepare":       func() error { _, err := ep.Prepare(zeroDP(), ep.Attr{}); return err },
+		"ep.NewDomain":     func() error { _, err := ep.NewDomain(ep.DomainConfig{Queues: -1}); return err },
+		"dataplane.NewShareBlock": func() error {
+			_, err := dataplane.NewShareBlock(dataplane.ShareConfig{})
+			return err
+		},
+		"dataplane.AttachShareBlock": func() error {
+			_, err := dataplane.AttachShareBlock(-1, dataplane.ShareConfig{Queues: 1, Slots: 1, TxFrames: 1, RxFrames: 1, FrameSize: 4096})
+			return err
+		},
 		"ep.Adopt": func() error {
 			tx, rx := openCQ(t), openCQ(t)
 			_, err := ep.Adopt(ep.HandoverInfo{}, nil, ep.AdoptAttr{Attr: ep.Attr{AV: &av.AV{}, TxCQ: tx, RxCQ: rx}})

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package ep
+
+import (
+	"fmt"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// Same-host channels need memfd and eventfd: off Linux, where no endpoint
+// opens, they fail with fi.EOPNOTSUPP.
+
+var errShmOS = fmt.Errorf("same-host channels need Linux: %w", fi.EOPNOTSUPP)
+
+func newSealedMemfd(string, int) (int, error) { return -1, errShmOS }
+func mapSealed(int, int) ([]byte, error)      { return nil, errShmOS }
+func mapFD(int, int) ([]byte, error)          { return nil, errShmOS }
+func unmapShm([]byte)                         {}
+func newEventFD() (int, error)                { return -1, errShmOS }
+func dupFD(int) (int, error)                  { return -1, errShmOS }
+func signalFD(int)                            {}
+func drainFD(int)                             {}
+func closeFD(int)                             {}
