@@ -374,7 +374,8 @@ func reportPP(d *doc) {
 	d.p("%s ping-pongs per repetition (after a warm-up), client on CPU %s, server on CPU %s, over one veth "+
 		"pair with MTU 9000. Latency per transfer is half a round trip, counted as `fi_pingpong` counts its "+
 		"`usec/xfer`: **mean** = elapsed time / iterations / 2 (fabtests' show_perf with two transfers per "+
-		"iteration). p50 and p99 are of the per-iteration half round trips; `fi_pingpong` prints only its mean.",
+		"iteration). p50, p99 and p99.9 are of the per-iteration half round trips; `fi_pingpong` prints only its mean. "+
+		"1472 B is the MTU-sized message: the largest UDP payload at MTU 1500, and the largest message of libfabric's udp provider.",
 		d.r.Setup["pingpong_iterations"], d.r.Setup["cpu_measure"], d.r.Setup["cpu_load"])
 	d.p("")
 	d.p("- **xdpfab**: one endpoint per namespace, manual progress (the application's CQ reads drive the " +
@@ -384,6 +385,13 @@ func reportPP(d *doc) {
 	d.p("- **fi_pingpong** (libfabric-bin): `fi_pingpong -p udp -e dgram` and `fi_pingpong -p tcp -e msg`, server " +
 		"in one namespace and client in the other (`ip netns exec`, `taskset`).")
 	d.p("- **Go UDP**: `net.UDPConn` ReadFromUDPAddrPort / WriteToUDPAddrPort (goroutines parked in the netpoller).")
+	d.p("- **C AF_XDP floor**: what the kernel path costs with no Go and no libfabric layer: a minimal AF_XDP " +
+		"ping-pong in C on libxdp's ring helpers (bench/xskfloor/xskfloor.c, built by bench/run.sh against Debian's " +
+		"libxdp-dev), server and client pinned like fi_pingpong's (`ip netns exec`, `taskset`), on the same beds in the " +
+		"same XDP modes, its sockets bound like xdpfab's (copy mode, need_wakeup, one queue). Its XDP program only " +
+		"redirects UDP to its port into the socket of the rx queue (no AV lookup, no checksum check, no metadata); its " +
+		"client copies the payload into a UMEM frame and spins on the RX ring, its server echoes each frame in place, " +
+		"swapping the addresses. It carries the same payload sizes without xdpfab's 32-byte header.")
 	d.p("")
 	d.p("What fits: xdpfab's largest message is %s B natively at MTU 3500 and %s B in generic mode at MTU 9000 "+
 		"(a UMEM frame of 4096 bytes minus 256 of headroom and the headers: `ep` does not let the UMEM frame size "+
@@ -399,6 +407,8 @@ func reportPP(d *doc) {
 		{"fi-udp", "fi_pingpong -p udp -e dgram"},
 		{"fi-tcp", "fi_pingpong -p tcp -e msg"},
 		{"go-udp", "Go UDP sockets"},
+		{"xskfloor", "C AF_XDP floor, native XDP (MTU 3500)"},
+		{"xskfloor-generic", "C AF_XDP floor, generic XDP (MTU 9000)"},
 	}
 	sizeKey := func(impl string, size int) string {
 		// xdpfab's 4 KiB row is stored under the size it was measured at.
@@ -406,7 +416,7 @@ func reportPP(d *doc) {
 			if strings.HasPrefix(m.Key, "pp/"+impl+"/") && strings.HasSuffix(m.Key, "/mean") && m.Labels["size"] != "" {
 				var s int
 				fmt.Sscan(m.Labels["size"], &s)
-				if s == size || (size == 4096 && s > 1024) {
+				if s == size || (size == 4096 && s > 1472) {
 					return fmt.Sprintf("pp/%s/%d", impl, s)
 				}
 			}
@@ -421,13 +431,30 @@ func reportPP(d *doc) {
 			if ms := strings.TrimPrefix(k, "pp/"+im.key+"/"); ms != fmt.Sprint(size) {
 				label += fmt.Sprintf(" (at %s B)", ms)
 			}
-			rows = append(rows, []string{label, d.v(k+"/mean", 2), d.v(k+"/p50", 2), d.v(k+"/p99", 2),
+			rows = append(rows, []string{label, d.v(k+"/mean", 2), d.v(k+"/p50", 2), d.v(k+"/p99", 2), d.v(k+"/p999", 2),
 				d.ratio(k+"/mean", sizeKey("xdpfab", size)+"/mean"), d.ratio(k+"/p50", sizeKey("xdpfab", size)+"/p50")})
 		}
 		d.p("**%d B**", size)
 		d.p("")
-		d.table([]string{"implementation", "mean µs/xfer", "p50 µs", "p99 µs", "this mean ÷ xdpfab native mean", "this p50 ÷ xdpfab native p50"}, rows)
+		d.table([]string{"implementation", "mean µs/xfer", "p50 µs", "p99 µs", "p99.9 µs", "this mean ÷ xdpfab native mean", "this p50 ÷ xdpfab native p50"}, rows)
 	}
+	d.p("**xdpfab against the floor and against `fi_pingpong -p udp -e dgram`.** Here a ratio is xdpfab's latency ÷ " +
+		"the other's (below 1: xdpfab is faster), per XDP mode against the floor in the same mode; " +
+		"fi_pingpong runs on the MTU-9000 bed.")
+	d.p("")
+	var trows [][]string
+	for _, size := range ppSizes {
+		for _, m := range []struct{ tag, name string }{{"", "native"}, {"-generic", "generic"}} {
+			x, f := sizeKey("xdpfab"+m.tag, size), sizeKey("xskfloor"+m.tag, size)
+			u := sizeKey("fi-udp", size)
+			trows = append(trows, []string{fmt.Sprint(size), m.name,
+				d.ratio(x+"/mean", f+"/mean"), d.ratio(x+"/p50", f+"/p50"),
+				d.ratio(x+"/mean", u+"/mean"), d.ratio(x+"/p50", u+"/mean"),
+				d.ratioVals(d.med(x+"/p99"), d.med(x+"/p50")), d.ratioVals(d.med(f+"/p99"), d.med(f+"/p50"))})
+		}
+	}
+	d.table([]string{"size B", "XDP", "xdpfab mean ÷ floor mean", "xdpfab p50 ÷ floor p50", "xdpfab mean ÷ fi udp mean",
+		"xdpfab p50 ÷ fi udp mean", "xdpfab p99 ÷ p50", "floor p99 ÷ p50"}, trows)
 	var groups []barGroup
 	var cats []string
 	for _, s := range ppSizes {
@@ -441,7 +468,7 @@ func reportPP(d *doc) {
 		groups = append(groups, barGroup{im.key, vals})
 	}
 	d.plot("pingpong.png", "ping-pong latency", barPlot(filepath.Join(d.dir, "pingpong.png"),
-		"Ping-pong latency per transfer (median of means, µs; xdpfab 4 KiB at its largest size)", "µs per transfer", cats, groups, false))
+		"Ping-pong latency per transfer (median of means, µs; xdpfab and floor 4 KiB at xdpfab's largest size)", "µs per transfer", cats, groups, false))
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, size := range ppSizes {
 		k := sizeKey("xdpfab", size)
@@ -449,7 +476,7 @@ func reportPP(d *doc) {
 		lo, hi = math.Min(lo, t), math.Max(hi, t)
 	}
 	d.p("**Reading it.** fi_pingpong prints only a mean, so only the mean columns compare with it. xdpfab's p99 "+
-		"is %s to %s its p50 (native, without busy poll, over the three sizes), and its mean includes that tail.",
+		"is %s to %s its p50 (native, without busy poll, over the sizes), and its mean includes that tail.",
 		d.ratioVals(lo, 1), d.ratioVals(hi, 1))
 	d.p("")
 	d.notes("pp")
