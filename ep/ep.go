@@ -49,6 +49,8 @@ type Endpoint struct {
 	unwatch    func()       // a wildcard's hold on the local-address watch (local_linux.go)
 	release    func() error // adopted: tells the agent the endpoint is gone
 
+	trace *Trace // SetTrace's; nil: not measured (trace.go)
+
 	closed  atomic.Bool
 	closeMu sync.Mutex
 	stop    chan struct{}
