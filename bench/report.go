@@ -479,7 +479,126 @@ func reportPP(d *doc) {
 		"is %s to %s its p50 (native, without busy poll, over the sizes), and its mean includes that tail.",
 		d.ratioVals(lo, 1), d.ratioVals(hi, 1))
 	d.p("")
+	reportBreakdown(d)
 	d.notes("pp")
+}
+
+// reportBreakdown is section 3's breakdown of one message (s3_breakdown.go).
+func reportBreakdown(d *doc) {
+	d.p("### Where one message's time goes")
+	d.p("")
+	d.p("After each xdpfab configuration's runs above, the same endpoints run the ping-pong again traced " +
+		"(`ep.Endpoint.SetTrace`): the XDP program puts a `bpf_ktime_get_ns()` stamp in front of each frame it " +
+		"redirects to them, the endpoints note when a frame was on the TX ring, when the kick returned and when " +
+		"progress found a descriptor on the RX ring, and the application stamps its send call and the CQ read that " +
+		"returned the completion, all on CLOCK_MONOTONIC. A message's stages are differences of stamps in causal " +
+		"order: **send call → frame on the TX ring** (checks, AV and next-hop lookups, frame build, payload copy), " +
+		"**TX ring → XDP on the receiver** (the kick's `sendto`: in copy mode the kernel builds an skb, veth " +
+		"hands it to the peer, and the peer's XDP program runs, all on the sender's CPU), **XDP → descriptor on the " +
+		"RX ring** (redirect, copy into the receiver's UMEM, and the receiver's polling loop noticing it), " +
+		"**RX ring → completion returned** (matching, payload copy, CQ write and read). Cells are means over the " +
+		"iterations (means add up: the stages sum to the mean one-way time), median [min–max] over repetitions. " +
+		"*Kick after XDP* is when the sender's `sendto` returned, after the receiver's XDP ran (the sender's own " +
+		"cost, off the one-way path); *turnaround* is the server's completion read to its next send call. The " +
+		"traced half round trip beside the untraced one above shows what tracing costs.")
+	d.p("")
+	var cats []string
+	layers := make([]barGroup, len(stages))
+	for i, s := range stages {
+		layers[i].name = s.title
+	}
+	found := false
+	for _, size := range breakdownSizes {
+		var rows [][]string
+		for _, c := range breakdownConfigs {
+			base := ""
+			for _, m := range d.r.Measurements {
+				if m.Labels["size"] != "" && m.Key == fmt.Sprintf("pp-stages/%s/%s/half", c.key, m.Labels["size"]) {
+					var s int
+					fmt.Sscan(m.Labels["size"], &s)
+					if s == size || (size > 1024 && s > 1024) {
+						base = fmt.Sprintf("pp-stages/%s/%d", c.key, s)
+					}
+				}
+			}
+			if base == "" {
+				continue
+			}
+			found = true
+			for i, dir := range []string{"ab", "ba"} {
+				row := []string{c.title, map[int]string{0: "client → server", 1: "server → client"}[i]}
+				sum := 0.0
+				for _, s := range stages {
+					row = append(row, d.v(base+"/"+dir+"/"+s.key, 2))
+					sum += d.med(base + "/" + dir + "/" + s.key)
+				}
+				row = append(row, ff(sum, 2), d.v(base+"/"+dir+"/kick-after-xdp", 2))
+				if i == 0 {
+					row = append(row, d.v(base+"/turnaround", 2), d.v(base+"/half", 2), d.v(strings.Replace(strings.TrimSuffix(base, "/"), "pp-stages/", "pp/", 1)+"/mean", 2))
+				} else {
+					row = append(row, "", "", "")
+				}
+				rows = append(rows, row)
+			}
+			cats = append(cats, fmt.Sprintf("%s\n%d B", c.title, size))
+			for k, s := range stages {
+				a, b := d.med(base+"/ab/"+s.key), d.med(base+"/ba/"+s.key)
+				layers[k].vals = append(layers[k].vals, (a+b)/2)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		d.p("**%d B** (µs)", size)
+		d.p("")
+		hdr := []string{"configuration", "direction"}
+		for _, s := range stages {
+			hdr = append(hdr, s.title)
+		}
+		hdr = append(hdr, "one-way (sum)", "kick after XDP", "server turnaround", "traced half round trip", "untraced half round trip")
+		d.table(hdr, rows)
+	}
+	if !found {
+		d.p("Not measured in this run.")
+		d.p("")
+		return
+	}
+	// The floor's whole half round trip beside them, for scale.
+	floor := barGroup{name: "C AF_XDP floor: its whole half round trip"}
+	for range cats {
+		floor.vals = append(floor.vals, math.NaN())
+	}
+	for _, size := range breakdownSizes {
+		for _, m := range []struct{ tag, name string }{{"", "native"}, {"-generic", "generic"}} {
+			if v := d.med(fmt.Sprintf("pp/xskfloor%s/%d/mean", m.tag, size)); !math.IsNaN(v) {
+				cats = append(cats, fmt.Sprintf("C floor, %s\n%d B", m.name, size))
+				for k := range layers {
+					layers[k].vals = append(layers[k].vals, math.NaN())
+				}
+				floor.vals = append(floor.vals, v)
+			}
+		}
+	}
+	layers = append(layers, floor)
+	d.plot("pingpong_stages.png", "one message's latency by stage", stackedBars(filepath.Join(d.dir, "pingpong_stages.png"),
+		"One-way latency by stage (mean of both directions, µs)", "µs", cats, layers))
+	// The largest stage of the native 64-byte configuration, for the text.
+	base := "pp-stages/xdpfab/64"
+	if d.r.get(base+"/half") != nil {
+		best, bestV, sum := "", -1.0, 0.0
+		for _, s := range stages {
+			v := (d.med(base+"/ab/"+s.key) + d.med(base+"/ba/"+s.key)) / 2
+			sum += v
+			if v > bestV {
+				best, bestV = s.title, v
+			}
+		}
+		d.p("**Reading it.** Native XDP, 64 B: a message takes %s µs from send call to completion on average over "+
+			"both directions, of which the largest stage is *%s* (%s µs, %s). The C floor's whole half round trip "+
+			"at 64 B is %s µs in this run.", ff(sum, 2), best, ff(bestV, 2), fmt.Sprintf("%.0f%% of it", bestV*100/sum),
+			ff(d.med("pp/xskfloor/64/mean"), 2))
+		d.p("")
+	}
 }
 
 func reportAV(d *doc) {

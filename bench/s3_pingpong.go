@@ -218,7 +218,7 @@ func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed
 		}
 		add(key, title, size, res)
 	}
-	return nil
+	return runBreakdown(r, cfg, cli, srv, key, mode, poll, iters, warm)
 }
 
 // waitOne spins on the CQ (each read progresses the endpoint) until one
