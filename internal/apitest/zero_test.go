@@ -225,6 +225,7 @@ func funcs() map[string]any {
 		"ep.Prepare":     ep.Prepare,
 		"ep.Adopt":       ep.Adopt,
 		"ep.ReclaimDead": ep.ReclaimDead,
+		"ep.TraceNow":    ep.TraceNow,
 
 		"loader.ParseMode":      loader.ParseMode,
 		"loader.IsBPFFS":        loader.IsBPFFS,
@@ -272,6 +273,7 @@ func funcs() map[string]any {
 		"wire.ParseUDP":             wire.ParseUDP,
 		"wire.Checksum16":           wire.Checksum16,
 		"wire.PseudoHeaderSum":      wire.PseudoHeaderSum,
+		"wire.Stamp":                wire.Stamp,
 
 		"bpf.LoadSpec":     bpf.LoadSpec,
 		"bpf.MakeAddr":     bpf.MakeAddr,
