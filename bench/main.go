@@ -26,6 +26,7 @@ type config struct {
 	reps       int
 	out        string // directory receiving BENCHMARKS.md and bench/
 	fiav       string // the compiled libfabric AV helper, "" to skip
+	xskfloor   string // the compiled C AF_XDP ping-pong (the floor), "" to skip
 	cpuLoad    int    // CPU of the load generator / server side
 	cpuMeasure int    // CPU of the measured receiver / client side
 	ctx        context.Context
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&cfg.reps, "reps", 5, "repetitions of every measurement")
 	flag.StringVar(&cfg.out, "out", "out", "output directory (BENCHMARKS.md, bench/*.png, bench/results.json)")
 	flag.StringVar(&cfg.fiav, "fiav", "", "path of the compiled libfabric AV helper (bench/fiav/fiav.c); empty skips that peer")
+	flag.StringVar(&cfg.xskfloor, "xskfloor", "", "path of the compiled C AF_XDP ping-pong (bench/xskfloor/xskfloor.c); empty skips the floor")
 	regen := flag.String("report-from", "", "only regenerate BENCHMARKS.md and the plots from this results.json")
 	cases := flag.String("cases", "", "comma-separated case keys to run within the sections (default all)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile (for looking into a result)")

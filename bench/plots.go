@@ -112,3 +112,49 @@ func barPlot(path, title, ylabel string, categories []string, groups []barGroup,
 	p.Add(plotter.NewGrid())
 	return p.Save(7*vg.Inch, 4.2*vg.Inch, path)
 }
+
+// stackedBars draws one stacked bar per category: segment i of every bar
+// is layers[i] (values per category, NaN: 0), bottom first.
+func stackedBars(path, title, ylabel string, categories []string, layers []barGroup) error {
+	p := plot.New()
+	p.Title.Text, p.Y.Label.Text = title, ylabel
+	w := vg.Points(math.Max(10, 240/float64(max(1, len(categories)))))
+	var below *plotter.BarChart
+	for i, g := range layers {
+		vals := make(plotter.Values, len(categories))
+		for j := range vals {
+			if j < len(g.vals) && !math.IsNaN(g.vals[j]) && g.vals[j] > 0 {
+				vals[j] = g.vals[j]
+			}
+		}
+		b, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return err
+		}
+		b.Color = plotutil.Color(i)
+		b.LineStyle.Width = 0
+		if below != nil {
+			b.StackOn(below)
+		}
+		below = b
+		p.Add(b)
+		p.Legend.Add(g.name, b)
+	}
+	// Room above the tallest bar for the legend.
+	top := 0.0
+	for j := range categories {
+		h := 0.0
+		for _, g := range layers {
+			if j < len(g.vals) && g.vals[j] > 0 {
+				h += g.vals[j]
+			}
+		}
+		top = math.Max(top, h)
+	}
+	p.Y.Min, p.Y.Max = 0, top*(1.2+0.08*float64(len(layers)))
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.NominalX(categories...)
+	p.Add(plotter.NewGrid())
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}

@@ -374,7 +374,8 @@ func reportPP(d *doc) {
 	d.p("%s ping-pongs per repetition (after a warm-up), client on CPU %s, server on CPU %s, over one veth "+
 		"pair with MTU 9000. Latency per transfer is half a round trip, counted as `fi_pingpong` counts its "+
 		"`usec/xfer`: **mean** = elapsed time / iterations / 2 (fabtests' show_perf with two transfers per "+
-		"iteration). p50 and p99 are of the per-iteration half round trips; `fi_pingpong` prints only its mean.",
+		"iteration). p50, p99 and p99.9 are of the per-iteration half round trips; `fi_pingpong` prints only its mean. "+
+		"1472 B is the MTU-sized message: the largest UDP payload at MTU 1500, and the largest message of libfabric's udp provider.",
 		d.r.Setup["pingpong_iterations"], d.r.Setup["cpu_measure"], d.r.Setup["cpu_load"])
 	d.p("")
 	d.p("- **xdpfab**: one endpoint per namespace, manual progress (the application's CQ reads drive the " +
@@ -384,6 +385,13 @@ func reportPP(d *doc) {
 	d.p("- **fi_pingpong** (libfabric-bin): `fi_pingpong -p udp -e dgram` and `fi_pingpong -p tcp -e msg`, server " +
 		"in one namespace and client in the other (`ip netns exec`, `taskset`).")
 	d.p("- **Go UDP**: `net.UDPConn` ReadFromUDPAddrPort / WriteToUDPAddrPort (goroutines parked in the netpoller).")
+	d.p("- **C AF_XDP floor**: what the kernel path costs with no Go and no libfabric layer: a minimal AF_XDP " +
+		"ping-pong in C on libxdp's ring helpers (bench/xskfloor/xskfloor.c, built by bench/run.sh against Debian's " +
+		"libxdp-dev), server and client pinned like fi_pingpong's (`ip netns exec`, `taskset`), on the same beds in the " +
+		"same XDP modes, its sockets bound like xdpfab's (copy mode, need_wakeup, one queue). Its XDP program only " +
+		"redirects UDP to its port into the socket of the rx queue (no AV lookup, no checksum check, no metadata); its " +
+		"client copies the payload into a UMEM frame and spins on the RX ring, its server echoes each frame in place, " +
+		"swapping the addresses. It carries the same payload sizes without xdpfab's 32-byte header.")
 	d.p("")
 	d.p("What fits: xdpfab's largest message is %s B natively at MTU 3500 and %s B in generic mode at MTU 9000 "+
 		"(a UMEM frame of 4096 bytes minus 256 of headroom and the headers: `ep` does not let the UMEM frame size "+
@@ -399,6 +407,8 @@ func reportPP(d *doc) {
 		{"fi-udp", "fi_pingpong -p udp -e dgram"},
 		{"fi-tcp", "fi_pingpong -p tcp -e msg"},
 		{"go-udp", "Go UDP sockets"},
+		{"xskfloor", "C AF_XDP floor, native XDP (MTU 3500)"},
+		{"xskfloor-generic", "C AF_XDP floor, generic XDP (MTU 9000)"},
 	}
 	sizeKey := func(impl string, size int) string {
 		// xdpfab's 4 KiB row is stored under the size it was measured at.
@@ -406,7 +416,7 @@ func reportPP(d *doc) {
 			if strings.HasPrefix(m.Key, "pp/"+impl+"/") && strings.HasSuffix(m.Key, "/mean") && m.Labels["size"] != "" {
 				var s int
 				fmt.Sscan(m.Labels["size"], &s)
-				if s == size || (size == 4096 && s > 1024) {
+				if s == size || (size == 4096 && s > 1472) {
 					return fmt.Sprintf("pp/%s/%d", impl, s)
 				}
 			}
@@ -421,13 +431,30 @@ func reportPP(d *doc) {
 			if ms := strings.TrimPrefix(k, "pp/"+im.key+"/"); ms != fmt.Sprint(size) {
 				label += fmt.Sprintf(" (at %s B)", ms)
 			}
-			rows = append(rows, []string{label, d.v(k+"/mean", 2), d.v(k+"/p50", 2), d.v(k+"/p99", 2),
+			rows = append(rows, []string{label, d.v(k+"/mean", 2), d.v(k+"/p50", 2), d.v(k+"/p99", 2), d.v(k+"/p999", 2),
 				d.ratio(k+"/mean", sizeKey("xdpfab", size)+"/mean"), d.ratio(k+"/p50", sizeKey("xdpfab", size)+"/p50")})
 		}
 		d.p("**%d B**", size)
 		d.p("")
-		d.table([]string{"implementation", "mean µs/xfer", "p50 µs", "p99 µs", "this mean ÷ xdpfab native mean", "this p50 ÷ xdpfab native p50"}, rows)
+		d.table([]string{"implementation", "mean µs/xfer", "p50 µs", "p99 µs", "p99.9 µs", "this mean ÷ xdpfab native mean", "this p50 ÷ xdpfab native p50"}, rows)
 	}
+	d.p("**xdpfab against the floor and against `fi_pingpong -p udp -e dgram`.** Here a ratio is xdpfab's latency ÷ " +
+		"the other's (below 1: xdpfab is faster), per XDP mode against the floor in the same mode; " +
+		"fi_pingpong runs on the MTU-9000 bed.")
+	d.p("")
+	var trows [][]string
+	for _, size := range ppSizes {
+		for _, m := range []struct{ tag, name string }{{"", "native"}, {"-generic", "generic"}} {
+			x, f := sizeKey("xdpfab"+m.tag, size), sizeKey("xskfloor"+m.tag, size)
+			u := sizeKey("fi-udp", size)
+			trows = append(trows, []string{fmt.Sprint(size), m.name,
+				d.ratio(x+"/mean", f+"/mean"), d.ratio(x+"/p50", f+"/p50"),
+				d.ratio(x+"/mean", u+"/mean"), d.ratio(x+"/p50", u+"/mean"),
+				d.ratioVals(d.med(x+"/p99"), d.med(x+"/p50")), d.ratioVals(d.med(f+"/p99"), d.med(f+"/p50"))})
+		}
+	}
+	d.table([]string{"size B", "XDP", "xdpfab mean ÷ floor mean", "xdpfab p50 ÷ floor p50", "xdpfab mean ÷ fi udp mean",
+		"xdpfab p50 ÷ fi udp mean", "xdpfab p99 ÷ p50", "floor p99 ÷ p50"}, trows)
 	var groups []barGroup
 	var cats []string
 	for _, s := range ppSizes {
@@ -441,7 +468,7 @@ func reportPP(d *doc) {
 		groups = append(groups, barGroup{im.key, vals})
 	}
 	d.plot("pingpong.png", "ping-pong latency", barPlot(filepath.Join(d.dir, "pingpong.png"),
-		"Ping-pong latency per transfer (median of means, µs; xdpfab 4 KiB at its largest size)", "µs per transfer", cats, groups, false))
+		"Ping-pong latency per transfer (median of means, µs; xdpfab and floor 4 KiB at xdpfab's largest size)", "µs per transfer", cats, groups, false))
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, size := range ppSizes {
 		k := sizeKey("xdpfab", size)
@@ -449,10 +476,129 @@ func reportPP(d *doc) {
 		lo, hi = math.Min(lo, t), math.Max(hi, t)
 	}
 	d.p("**Reading it.** fi_pingpong prints only a mean, so only the mean columns compare with it. xdpfab's p99 "+
-		"is %s to %s its p50 (native, without busy poll, over the three sizes), and its mean includes that tail.",
+		"is %s to %s its p50 (native, without busy poll, over the sizes), and its mean includes that tail.",
 		d.ratioVals(lo, 1), d.ratioVals(hi, 1))
 	d.p("")
+	reportBreakdown(d)
 	d.notes("pp")
+}
+
+// reportBreakdown is section 3's breakdown of one message (s3_breakdown.go).
+func reportBreakdown(d *doc) {
+	d.p("### Where one message's time goes")
+	d.p("")
+	d.p("After each xdpfab configuration's runs above, the same endpoints run the ping-pong again traced " +
+		"(`ep.Endpoint.SetTrace`): the XDP program puts a `bpf_ktime_get_ns()` stamp in front of each frame it " +
+		"redirects to them, the endpoints note when a frame was on the TX ring, when the kick returned and when " +
+		"progress found a descriptor on the RX ring, and the application stamps its send call and the CQ read that " +
+		"returned the completion, all on CLOCK_MONOTONIC. A message's stages are differences of stamps in causal " +
+		"order: **send call → frame on the TX ring** (checks, AV and next-hop lookups, frame build, payload copy), " +
+		"**TX ring → XDP on the receiver** (the kick's `sendto`: in copy mode the kernel builds an skb, veth " +
+		"hands it to the peer, and the peer's XDP program runs, all on the sender's CPU), **XDP → descriptor on the " +
+		"RX ring** (redirect, copy into the receiver's UMEM, and the receiver's polling loop noticing it), " +
+		"**RX ring → completion returned** (matching, payload copy, CQ write and read). Cells are means over the " +
+		"iterations (means add up: the stages sum to the mean one-way time), median [min–max] over repetitions. " +
+		"*Kick after XDP* is when the sender's `sendto` returned, after the receiver's XDP ran (the sender's own " +
+		"cost, off the one-way path); *turnaround* is the server's completion read to its next send call. The " +
+		"traced half round trip beside the untraced one above shows what tracing costs.")
+	d.p("")
+	var cats []string
+	layers := make([]barGroup, len(stages))
+	for i, s := range stages {
+		layers[i].name = s.title
+	}
+	found := false
+	for _, size := range breakdownSizes {
+		var rows [][]string
+		for _, c := range breakdownConfigs {
+			base := ""
+			for _, m := range d.r.Measurements {
+				if m.Labels["size"] != "" && m.Key == fmt.Sprintf("pp-stages/%s/%s/half", c.key, m.Labels["size"]) {
+					var s int
+					fmt.Sscan(m.Labels["size"], &s)
+					if s == size || (size > 1024 && s > 1024) {
+						base = fmt.Sprintf("pp-stages/%s/%d", c.key, s)
+					}
+				}
+			}
+			if base == "" {
+				continue
+			}
+			found = true
+			for i, dir := range []string{"ab", "ba"} {
+				row := []string{c.title, map[int]string{0: "client → server", 1: "server → client"}[i]}
+				sum := 0.0
+				for _, s := range stages {
+					row = append(row, d.v(base+"/"+dir+"/"+s.key, 2))
+					sum += d.med(base + "/" + dir + "/" + s.key)
+				}
+				row = append(row, ff(sum, 2), d.v(base+"/"+dir+"/kick-after-xdp", 2))
+				if i == 0 {
+					row = append(row, d.v(base+"/turnaround", 2), d.v(base+"/half", 2), d.v(strings.Replace(strings.TrimSuffix(base, "/"), "pp-stages/", "pp/", 1)+"/mean", 2))
+				} else {
+					row = append(row, "", "", "")
+				}
+				rows = append(rows, row)
+			}
+			cats = append(cats, fmt.Sprintf("%s\n%d B", c.title, size))
+			for k, s := range stages {
+				a, b := d.med(base+"/ab/"+s.key), d.med(base+"/ba/"+s.key)
+				layers[k].vals = append(layers[k].vals, (a+b)/2)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		d.p("**%d B** (µs)", size)
+		d.p("")
+		hdr := []string{"configuration", "direction"}
+		for _, s := range stages {
+			hdr = append(hdr, s.title)
+		}
+		hdr = append(hdr, "one-way (sum)", "kick after XDP", "server turnaround", "traced half round trip", "untraced half round trip")
+		d.table(hdr, rows)
+	}
+	if !found {
+		d.p("Not measured in this run.")
+		d.p("")
+		return
+	}
+	// The floor's whole half round trip beside them, for scale.
+	floor := barGroup{name: "C AF_XDP floor: its whole half round trip"}
+	for range cats {
+		floor.vals = append(floor.vals, math.NaN())
+	}
+	for _, size := range breakdownSizes {
+		for _, m := range []struct{ tag, name string }{{"", "native"}, {"-generic", "generic"}} {
+			if v := d.med(fmt.Sprintf("pp/xskfloor%s/%d/mean", m.tag, size)); !math.IsNaN(v) {
+				cats = append(cats, fmt.Sprintf("C floor, %s\n%d B", m.name, size))
+				for k := range layers {
+					layers[k].vals = append(layers[k].vals, math.NaN())
+				}
+				floor.vals = append(floor.vals, v)
+			}
+		}
+	}
+	layers = append(layers, floor)
+	d.plot("pingpong_stages.png", "one message's latency by stage", stackedBars(filepath.Join(d.dir, "pingpong_stages.png"),
+		"One-way latency by stage (mean of both directions, µs)", "µs", cats, layers))
+	// The largest stage of the native 64-byte configuration, for the text.
+	base := "pp-stages/xdpfab/64"
+	if d.r.get(base+"/half") != nil {
+		best, bestV, sum := "", -1.0, 0.0
+		for _, s := range stages {
+			v := (d.med(base+"/ab/"+s.key) + d.med(base+"/ba/"+s.key)) / 2
+			sum += v
+			if v > bestV {
+				best, bestV = s.title, v
+			}
+		}
+		d.p("**Reading it.** Native XDP, 64 B: a message takes %s µs from send call to completion on average over "+
+			"both directions, of which the largest stage is *%s* (%s µs, %s). The C floor's whole half round trip "+
+			"at 64 B is %s µs in this run.", ff(sum, 2), best, ff(bestV, 2), fmt.Sprintf("%.0f%% of it", bestV*100/sum),
+			ff(d.med("pp/xskfloor/64/mean"), 2))
+		d.p("")
+	}
 }
 
 func reportAV(d *doc) {

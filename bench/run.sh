@@ -5,10 +5,10 @@
 #   bench/run.sh -quick     smoke run: writes bench/out/quick/ (never the docs)
 #   bench/run.sh [-quick] -sections rx,av [-cases xdpfab,udp-mmsg]   a part of it
 #
-# Needs root. Installs Debian's libfabric-bin, libfabric-dev and gcc when
-# missing (the libfabric peers), builds the libfabric AV helper into a
-# temporary directory (never committed), and removes every namespace it
-# created, also when interrupted.
+# Needs root. Installs Debian's libfabric-bin, libfabric-dev, libxdp-dev and
+# gcc when missing (the libfabric peers and the C AF_XDP floor), builds the
+# libfabric AV helper and the floor into a temporary directory (never
+# committed), and removes every namespace it created, also when interrupted.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,6 +27,7 @@ out=../docs
 need=()
 command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
 [ -f /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
+[ -f /usr/include/xdp/xsk.h ] || need+=(libxdp-dev)
 command -v gcc >/dev/null || need+=(gcc)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
@@ -49,9 +50,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 gcc -O2 -Wall -o "$tmp/fiav" fiav/fiav.c -lfabric
+gcc -O2 -Wall -o "$tmp/xskfloor" xskfloor/xskfloor.c -lxdp -lbpf
 go build -o "$tmp/bench" .
 start=$(date +%s)
 # The subshell records its pid and becomes the bench, so cleanup knows it.
-(echo "$BASHPID" >"$tmp/pid" && exec "$tmp/bench" -out "$out" -fiav "$tmp/fiav" "$@")
+(echo "$BASHPID" >"$tmp/pid" && exec "$tmp/bench" -out "$out" -fiav "$tmp/fiav" -xskfloor "$tmp/xskfloor" "$@")
 echo "bench: done in $(( $(date +%s) - start )) s; results in $out/BENCHMARKS.md, $out/bench/"
 test -s "$out/bench/results.json"

@@ -2,7 +2,8 @@ package main
 
 // Section 3: ping-pong latency over one veth pair (MTU 9000): xdpfab
 // endpoints with manual progress (busy polling off and on) vs libfabric's
-// fi_pingpong (udp dgram, tcp msg) vs a Go UDP ping-pong. Latency per
+// fi_pingpong (udp dgram, tcp msg) vs a Go UDP ping-pong vs the floor, a
+// minimal AF_XDP ping-pong in C (s3_floor.go). Latency per
 // transfer is half a round trip, as fi_pingpong's usec/xfer counts it
 // (elapsed / iterations / 2).
 
@@ -27,12 +28,15 @@ import (
 	"github.com/xdpfab/xdpfab/loader"
 )
 
-var ppSizes = []int{64, 1024, 4096}
+// ppSizes are the payload sizes: 1472 is the MTU-sized message (the
+// largest UDP payload at MTU 1500, and libfabric udp's max_msg_size); xdpfab
+// and the floor measure the 4096 row at xdpfab's largest message.
+var ppSizes = []int{64, 1024, 1472, 4096}
 
 // ppResult is one ping-pong run: the per-transfer latencies (half round
 // trips) and the mean as fi_pingpong reports it.
 type ppResult struct {
-	mean, p50, p99 float64 // µs
+	mean, p50, p99, p999 float64 // µs
 }
 
 func summarizePP(halves []time.Duration, elapsed time.Duration) ppResult {
@@ -41,8 +45,14 @@ func summarizePP(halves []time.Duration, elapsed time.Duration) ppResult {
 		mean: us(elapsed) / float64(len(halves)) / 2,
 		p50:  us(percentile(halves, 0.5)),
 		p99:  us(percentile(halves, 0.99)),
+		p999: us(percentile(halves, 0.999)),
 	}
 }
+
+// xdpfabMaxMsg is the largest message of an xdpfab IPv4 endpoint on a link
+// of mtu (ep's rule: one 4096-byte UMEM frame less the kernel's headroom,
+// the headers and the 32-byte xdpfab header).
+func xdpfabMaxMsg(mtu int) int { return min(mtu, 4096-256-14) - 20 - 8 - 32 }
 
 func runPingPong(r *results, cfg *config) error {
 	iters, warm := 10000, 500
@@ -56,9 +66,9 @@ func runPingPong(r *results, cfg *config) error {
 	defer down()
 	r.Setup["pingpong_iterations"] = fmt.Sprint(iters)
 	add := func(impl, title string, size int, res []ppResult) {
-		var mean, p50, p99 []float64
+		var mean, p50, p99, p999 []float64
 		for _, x := range res {
-			mean, p50, p99 = append(mean, x.mean), append(p50, x.p50), append(p99, x.p99)
+			mean, p50, p99, p999 = append(mean, x.mean), append(p50, x.p50), append(p99, x.p99), append(p999, x.p999)
 		}
 		lbl := map[string]string{"impl": title, "size": fmt.Sprint(size)}
 		key := fmt.Sprintf("pp/%s/%d", impl, size)
@@ -66,8 +76,9 @@ func runPingPong(r *results, cfg *config) error {
 		if res[0].p50 > 0 { // fi_pingpong reports only its mean
 			r.add("pp", key+"/p50", "us", p50, lbl)
 			r.add("pp", key+"/p99", "us", p99, lbl)
+			r.add("pp", key+"/p999", "us", p999, lbl)
 		}
-		fmt.Printf("  %-16s %5d B: mean %7.2f us  p50 %7.2f  p99 %7.2f\n", impl, size, median(mean), median(p50), median(p99))
+		fmt.Printf("  %-16s %5d B: mean %7.2f us  p50 %7.2f  p99 %7.2f  p99.9 %7.2f\n", impl, size, median(mean), median(p50), median(p99), median(p999))
 	}
 
 	// xdpfab, busy polling off and on. Native XDP on veth refuses an MTU
@@ -88,7 +99,8 @@ func runPingPong(r *results, cfg *config) error {
 		bd   *testbed.Bed
 		mode loader.Mode
 		tag  string
-	}{{bdNative, loader.Native, ""}, {bd, loader.Generic, "-generic"}} {
+		mtu  int
+	}{{bdNative, loader.Native, "", 3500}, {bd, loader.Generic, "-generic", 9000}} {
 		var atts []*loader.Attachment
 		for _, h := range []*testbed.Host{v.bd.A, v.bd.B} {
 			var att *loader.Attachment
@@ -110,6 +122,21 @@ func runPingPong(r *results, cfg *config) error {
 		}
 		for _, att := range atts {
 			att.Close()
+		}
+		// The floor, on the same bed in the same mode, at the sizes
+		// xdpfab ran at.
+		if key := "xskfloor" + v.tag; cfg.want(key) {
+			if cfg.xskfloor == "" {
+				r.note("pp", "%s: not run: no -xskfloor (bench/run.sh builds bench/xskfloor/xskfloor.c)", key)
+			} else {
+				var sizes []int
+				for _, s := range ppSizes {
+					sizes = append(sizes, min(s, xdpfabMaxMsg(v.mtu)))
+				}
+				if err := runFloor(cfg, v.bd, v.mode, key, sizes, iters, warm, add); err != nil {
+					return fmt.Errorf("%s: %w", key, err)
+				}
+			}
 		}
 	}
 
@@ -191,7 +218,7 @@ func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed
 		}
 		add(key, title, size, res)
 	}
-	return nil
+	return runBreakdown(r, cfg, cli, srv, key, mode, poll, iters, warm)
 }
 
 // waitOne spins on the CQ (each read progresses the endpoint) until one

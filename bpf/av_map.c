@@ -18,6 +18,7 @@
 #include <bpf/bpf_helpers.h>
 #include "xdpfab_maps.h"
 #include "xdpfab_parse.h"
+#include "xdpfab_stamp.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -125,8 +126,11 @@ int xdpfab_rx(struct xdp_md *ctx)
 	__u16 payload_len = pkt.udp_len - sizeof(struct udphdr) - sizeof(*hdr);
 	__u32 ep_id = ep->ep_id;
 
-	/* 8. The metadata in front of the frame. Packet pointers are invalid
-	 * after adjust_meta. */
+	/* 8. The metadata in front of the frame, and for an endpoint being
+	 * measured (XDPFAB_EPF_STAMP) a stamp in front of that (stamp.h).
+	 * Packet pointers are invalid after adjust_meta. */
+	if ((ep->flags & XDPFAB_EPF_STAMP) && !stamp_frame(ctx, &l3_off, &hdr_off, &mflags))
+		return count(STAT_REDIRECT_FAIL, XDP_DROP);
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct rx_meta)))
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
 	data = (void *)(long)ctx->data;

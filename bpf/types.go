@@ -65,6 +65,11 @@ func (m *AVMeta) NameString() string {
 // whose completions report the user id (XDPFAB_AVF_USER_ID).
 const AVFUserID = 0x0001
 
+// EPFStamp is the ep_val flag (EPVal.Flags) that makes the XDP program put
+// a wire.StampLen-byte stamp in front of every frame it redirects to the
+// endpoint, for measurement (XDPFAB_EPF_STAMP; see wire.MetaStamp).
+const EPFStamp = 0x01
+
 // Policy is what an endpoint does with datagrams from unknown sources
 // (enum policy, generated from the object's BTF).
 type Policy = kernPolicy

@@ -55,7 +55,18 @@ enum policy {
 #define XDPFAB_META_KNOWN 0x0001      /* source found: fi_addr/user_id valid */
 #define XDPFAB_META_SOURCE_ERR 0x0002 /* unknown source under UNKNOWN_SOURCE_ERR */
 #define XDPFAB_META_USER_ID 0x0004    /* report user_id in place of fi_addr */
+#define XDPFAB_META_STAMP 0x0008      /* the frame starts with an XDP stamp (XDPFAB_EPF_STAMP) */
 #define XDPFAB_META_VERSION 1
+
+/* ep_val.flags */
+/* Measurement: put XDPFAB_STAMP_LEN bytes in front of every frame redirected
+ * to the endpoint, bpf_ktime_get_ns() (CLOCK_MONOTONIC) as the program
+ * redirects it, host byte order. The metadata flags the frame
+ * (XDPFAB_META_STAMP) and its l3_off and hdr_off count the stamp. The stamp
+ * is part of the frame because AF_XDP's copy mode copies only the metadata
+ * and the frame: nothing in front of the metadata reaches the socket. */
+#define XDPFAB_EPF_STAMP 0x01
+#define XDPFAB_STAMP_LEN 8
 
 /* av_val.flags / rev_val.flags */
 #define XDPFAB_AVF_USER_ID 0x0001 /* completions report user_id */

@@ -53,6 +53,8 @@ type Endpoint struct {
 	// Same-host channels (shm.go); nil: none.
 	shm atomic.Pointer[shmState]
 
+	trace *Trace // SetTrace's; nil: not measured (trace.go)
+
 	closed  atomic.Bool
 	closeMu sync.Mutex
 	stop    chan struct{}

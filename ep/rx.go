@@ -272,6 +272,9 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 	} else {
 		got = s.Take(c.descs[:n])
 	}
+	if c.ep.trace != nil && got > 0 {
+		c.ep.traceRx(c.descs[got-1])
+	}
 	for _, d := range c.descs[:got] {
 		f := frameRef{addr: d.Addr, len: d.Len, q: q}
 		if !c.deliver(f) {

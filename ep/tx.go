@@ -235,6 +235,9 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		t.kick()
 		return errTxRingFull
 	}
+	if e.trace != nil {
+		e.traceTx()
+	}
 	t.pending++
 	t.outstanding++
 	op := txOp{e: e, ctx: ctx, flags: fi.Send | fi.Msg}
@@ -253,6 +256,9 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	t.inflight[addr>>t.shift] = op
 	if flags&fi.More == 0 {
 		t.kick()
+		if e.trace != nil {
+			e.traceKick()
+		}
 	}
 	return nil
 }

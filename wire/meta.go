@@ -20,7 +20,24 @@ const (
 	MetaKnown     = 0x0001 // the source is in the AV: FiAddr and UserID are valid
 	MetaSourceErr = 0x0002 // unknown source under the source-error policy
 	MetaUserID    = 0x0004 // report UserID in place of FiAddr
+	// MetaStamp: the frame starts with StampLen bytes, the time the XDP
+	// program redirected it (bpf_ktime_get_ns: CLOCK_MONOTONIC, host byte
+	// order), in front of the Ethernet header; L3Off and HdrOff count
+	// them. Only endpoints being measured ask for it (bpf.EPFStamp).
+	MetaStamp = 0x0008
 )
+
+// StampLen is the length of the stamp of a MetaStamp frame.
+const StampLen = 8
+
+// Stamp returns the XDP program's stamp (CLOCK_MONOTONIC nanoseconds) at
+// the start of frame, if m says the frame has one.
+func Stamp(frame []byte, m Meta) (ns int64, ok bool) {
+	if m.Flags&MetaStamp == 0 || len(frame) < StampLen {
+		return 0, false
+	}
+	return int64(binary.NativeEndian.Uint64(frame)), true
+}
 
 // Address families of Meta.Family, as in Linux.
 const (
@@ -35,7 +52,7 @@ type Meta struct {
 	FiAddr     uint64 // the source's AV index, FI_ADDR_NOTAVAIL when unknown
 	UserID     uint64 // the source's FI_AV_USER_ID id
 	EpID       uint32 // the endpoint the frame is for
-	Flags      uint16 // MetaKnown, MetaSourceErr, MetaUserID
+	Flags      uint16 // MetaKnown, MetaSourceErr, MetaUserID, MetaStamp
 	L3Off      uint16 // offset of the IP header in the frame
 	HdrOff     uint16 // offset of the xdpfab header in the frame
 	PayloadLen uint16 // bytes after the xdpfab header

@@ -230,6 +230,7 @@ func funcs() map[string]any {
 		"ep.Prepare":     ep.Prepare,
 		"ep.Adopt":       ep.Adopt,
 		"ep.ReclaimDead": ep.ReclaimDead,
+		"ep.TraceNow":    ep.TraceNow,
 
 		"ep.NewLocalChannel": ep.NewLocalChannel,
 		"ep.NewDoorbell":     ep.NewDoorbell,
@@ -284,6 +285,7 @@ func funcs() map[string]any {
 		"wire.ParseUDP":             wire.ParseUDP,
 		"wire.Checksum16":           wire.Checksum16,
 		"wire.PseudoHeaderSum":      wire.PseudoHeaderSum,
+		"wire.Stamp":                wire.Stamp,
 
 		"bpf.LoadSpec":     bpf.LoadSpec,
 		"bpf.MakeAddr":     bpf.MakeAddr,

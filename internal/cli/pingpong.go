@@ -17,7 +17,9 @@ func pingpongCommand(e *env) *cobra.Command {
 		Short: "fi_pingpong-style server and client over xdpfab endpoints",
 		Long: `Ping-pong between two xdpfab endpoints, reporting like libfabric's fi_pingpong:
 bytes, iters, total, time, MB/sec, usec/xfer (elapsed / (iters x 2)) and
-Mxfers/sec, one line per message size. Start the server first; it echoes every
+Mxfers/sec, one line per message size, then three columns fi_pingpong lacks:
+the p50, p99 and p99.9 of the per-iteration half round trips (one transfer,
+as usec/xfer counts it), in microseconds. Start the server first; it echoes every
 message to its sender, which it learns from the first message (FI_SOURCE_ERR).
 By default (--via auto) the endpoint comes from the agent when one answers on
 --socket: no privilege is needed beyond the socket's group, the run's AV is a
@@ -44,7 +46,8 @@ func pingpongRole(e *env, role string) *cobra.Command {
 	if role == "client" {
 		use = "client --iface IF --local ADDR:PORT --peer ADDR:PORT [-S SIZES] [-I ITERS]"
 		long = `Runs --warmup untimed and -I timed ping-pongs per message size against the
-server and prints one fi_pingpong line per size. Without -S it runs
+server and prints one fi_pingpong line per size, with the p50, p99 and
+p99.9 of the half round trips after fi_pingpong's columns. Without -S it runs
 fi_pingpong's default sizes (64, 256, 1k, 4k, 64k, 1m) that fit the endpoint's
 largest message (one frame less its headers: 1440 bytes on an IPv4 endpoint
 at MTU 1500, so 64, 256 and 1k there), as fi_pingpong does, and says which it

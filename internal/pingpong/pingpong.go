@@ -3,7 +3,9 @@
 // the two can be compared line by line.
 //
 // fi_pingpong counts a ping-pong as two transfers and reports usec/xfer =
-// elapsed / (iterations * 2); so does this. The server learns the client
+// elapsed / (iterations * 2); so does this, and adds three columns
+// fi_pingpong lacks: the p50, p99 and p99.9 of the per-iteration half round
+// trips, so the tail shows beside the mean. The server learns the client
 // from its first message: with FI_SOURCE_ERR the unknown sender arrives as
 // an EADDRNOTAVAIL completion whose err_data is inserted into the AV.
 package pingpong
@@ -13,9 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -255,12 +259,14 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 		}
 	}
 	fmt.Fprint(w, Header())
+	halves := make([]time.Duration, 0, o.Iters)
 	for _, size := range sizes {
 		if size > maxMsg {
 			fmt.Fprintf(w, "%-8s(larger than the endpoint's %d-byte messages: skipped)\n", SizeStr(int64(size)), maxMsg)
 			continue
 		}
 		msg := make([]byte, size)
+		halves = halves[:0]
 		var start time.Time
 		for i := range o.Warmup + o.Iters {
 			if i == o.Warmup {
@@ -269,6 +275,7 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 			if err := s.EP.Recv(buf, fi.AddrUnspec, nil); err != nil {
 				return err
 			}
+			t0 := time.Now()
 			if err := send(ctx, s, msg, peer); err != nil {
 				return err
 			}
@@ -278,23 +285,50 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 				}
 				return fmt.Errorf("message %d of %d bytes: %w", i, size, err)
 			}
+			if i >= o.Warmup {
+				halves = append(halves, time.Since(t0)/2)
+			}
 		}
-		fmt.Fprint(w, Line(size, o.Iters, time.Since(start)))
+		fmt.Fprint(w, Line(size, o.Iters, time.Since(start), PercentilesOf(halves)))
 	}
 	return nil
 }
 
-// Header is fi_pingpong's header line.
+// Header is fi_pingpong's header line, then the percentile columns.
 func Header() string {
-	return fmt.Sprintf("%-8s%-8s%-8s%8s %10s%13s%13s\n", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
+	return fmt.Sprintf("%-8s%-8s%-8s%8s %10s%13s%13s%11s%11s%11s\n", "bytes", "iters", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec",
+		"p50 usec", "p99 usec", "p99.9 usec")
+}
+
+// Percentiles are the p50, p99 and p99.9 of a run's per-iteration half
+// round trips (one transfer, as usec/xfer counts it).
+type Percentiles struct {
+	P50, P99, P999 time.Duration
+}
+
+// PercentilesOf sorts halves, the half round trips of a run's timed
+// iterations, and returns their percentiles: the nearest-rank sample, the
+// smallest that at least that fraction of the samples do not exceed. No
+// samples give zeros.
+func PercentilesOf(halves []time.Duration) Percentiles {
+	slices.Sort(halves)
+	at := func(q float64) time.Duration {
+		if len(halves) == 0 {
+			return 0
+		}
+		i := int(math.Ceil(q*float64(len(halves)))) - 1
+		return halves[max(0, min(i, len(halves)-1))]
+	}
+	return Percentiles{P50: at(0.5), P99: at(0.99), P999: at(0.999)}
 }
 
 // Line is fi_pingpong's line for iters ping-pongs of size bytes that took
 // elapsed: two transfers per iteration; total counts the bytes of both;
 // MB/sec is bytes per microsecond (10^6 bytes a second), usec/xfer is
 // elapsed / (iters x 2), both from whole microseconds, as fabtests'
-// show_perf reports them.
-func Line(size, iters int, elapsed time.Duration) string {
+// show_perf reports them. The percentiles p follow in microseconds with
+// two decimals.
+func Line(size, iters int, elapsed time.Duration, p Percentiles) string {
 	usec := elapsed.Microseconds()
 	if usec < 1 {
 		usec = 1
@@ -302,8 +336,9 @@ func Line(size, iters int, elapsed time.Duration) string {
 	xfers := int64(iters) * 2
 	total := int64(size) * xfers
 	perXfer := float64(usec) / float64(xfers)
-	return fmt.Sprintf("%-8s%-8s%-8s%8.2fs%10.2f%11.2f%11.2f\n", SizeStr(int64(size)), CountStr(int64(iters)), SizeStr(total),
-		float64(usec)/1e6, float64(total)/float64(usec), perXfer, 1/perXfer)
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	return fmt.Sprintf("%-8s%-8s%-8s%8.2fs%10.2f%11.2f%11.2f%11.2f%11.2f%11.2f\n", SizeStr(int64(size)), CountStr(int64(iters)), SizeStr(total),
+		float64(usec)/1e6, float64(total)/float64(usec), perXfer, 1/perXfer, us(p.P50), us(p.P99), us(p.P999))
 }
 
 // SizeStr formats a byte count as fabtests' size_str does: binary units

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,8 +51,18 @@ func TestPingPong(t *testing.T) {
 	if len(lines) != 4 || lines[0] != strings.TrimSuffix(pingpong.Header(), "\n") {
 		t.Fatalf("report:\n%s", out.String())
 	}
-	if f := strings.Fields(lines[1]); f[0] != "64" || f[1] != "500" || f[2] != "62k" {
+	if f := strings.Fields(lines[1]); len(f) != 10 || f[0] != "64" || f[1] != "500" || f[2] != "62k" {
 		t.Errorf("64-byte line: %q", lines[1])
+	} else {
+		// The percentiles of the half round trips: ordered, and p50 not
+		// above the mean's worst case (every sample at most p99.9).
+		var p [3]float64
+		for i := range p {
+			p[i], _ = strconv.ParseFloat(f[7+i], 64)
+		}
+		if p[0] <= 0 || p[0] > p[1] || p[1] > p[2] {
+			t.Errorf("64-byte line's percentiles %v: want 0 < p50 <= p99 <= p99.9", p)
+		}
 	}
 	if !strings.HasPrefix(lines[3], "4k") || !strings.Contains(lines[3], "larger than the endpoint") {
 		t.Errorf("4096 bytes over a 1500 MTU: %q", lines[3])
@@ -96,12 +107,31 @@ func TestFormat(t *testing.T) {
 		}
 	}
 	// 10000 iterations of 64 bytes in 1 s: fi_pingpong's line.
-	got := pingpong.Line(64, 10000, time.Second)
-	want := "64      10k     1.2m        1.00s      1.28      50.00       0.02\n"
+	// Then the percentiles, in microseconds.
+	got := pingpong.Line(64, 10000, time.Second, pingpong.Percentiles{P50: 1500 * time.Nanosecond, P99: 4 * time.Microsecond, P999: 12345 * time.Nanosecond})
+	want := "64      10k     1.2m        1.00s      1.28      50.00       0.02       1.50       4.00      12.35\n"
 	if got != want {
 		t.Errorf("Line:\n%q\nwant\n%q", got, want)
 	}
-	if h := pingpong.Header(); h != "bytes   iters   total       time     MB/sec    usec/xfer   Mxfers/sec\n" {
+	if h := pingpong.Header(); h != "bytes   iters   total       time     MB/sec    usec/xfer   Mxfers/sec   p50 usec   p99 usec p99.9 usec\n" {
 		t.Errorf("Header: %q", h)
+	}
+}
+
+// Percentiles are nearest-rank: of 1..1000 µs, p50 is 500, p99 990 and
+// p99.9 999; of one sample, that sample; of none, zeros.
+func TestPercentiles(t *testing.T) {
+	var h []time.Duration
+	for i := 1000; i >= 1; i-- {
+		h = append(h, time.Duration(i)*time.Microsecond)
+	}
+	if p := pingpong.PercentilesOf(h); p != (pingpong.Percentiles{P50: 500 * time.Microsecond, P99: 990 * time.Microsecond, P999: 999 * time.Microsecond}) {
+		t.Errorf("1..1000 µs: %+v", p)
+	}
+	if p := pingpong.PercentilesOf([]time.Duration{7}); p != (pingpong.Percentiles{P50: 7, P99: 7, P999: 7}) {
+		t.Errorf("one sample: %+v", p)
+	}
+	if p := pingpong.PercentilesOf(nil); p != (pingpong.Percentiles{}) {
+		t.Errorf("none: %+v", p)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/xdpfab/xdpfab/internal/xdpmodel"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
+	"golang.org/x/sys/unix"
 )
 
 // envInt reads a positive integer from the environment, or def.
@@ -69,6 +71,7 @@ func TestDifferential(t *testing.T) {
 	}
 	var tally [bpf.NumCounters]uint64 // what the model says the row gained
 	kinds := map[string]int{}
+	stamped := 0 // frames to an endpoint being measured (fixture EP6)
 	start := time.Now()
 	err = bed.A.Do(func() error {
 		base, err := readRow(dp, row)
@@ -85,17 +88,29 @@ func TestDifferential(t *testing.T) {
 				return fmt.Errorf("seed %d, frame %d (%s, queue %d): %s\nmodel: %v\nframe (%d bytes): % x",
 					seed, i, kind, ctx.RxQueueIndex, fmt.Sprintf(format, a...), want, len(frame), frame)
 			}
+			before := monotonic()
 			got, err := xdptest.RunQueue(dp, frame, ctx)
 			if err != nil {
 				return fail("test run: %v", err)
 			}
+			after := monotonic()
 			if got.Verdict != want.Action {
 				return fail("program's verdict %d", got.Verdict)
 			}
 			if got.HasMeta != want.HasMeta || want.HasMeta && got.Meta != want.Meta {
 				return fail("program's metadata (%v) %+v\nmodel's (%v) %+v", got.HasMeta, got.Meta, want.HasMeta, want.Meta)
 			}
-			if !bytes.Equal(got.Frame, frame) {
+			out := got.Frame
+			if want.Stamped {
+				stamped++
+				// The stamp: the time of the run, on CLOCK_MONOTONIC.
+				ns, ok := wire.Stamp(out, got.Meta)
+				if !ok || ns < before || ns > after {
+					return fail("stamp %d (ok %v), want one between %d and %d", ns, ok, before, after)
+				}
+				out = out[wire.StampLen:]
+			}
+			if !bytes.Equal(out, frame) {
 				return fail("the program changed the frame")
 			}
 			if want.Row != row {
@@ -132,7 +147,10 @@ func TestDifferential(t *testing.T) {
 	}
 	el := time.Since(start)
 	t.Logf("%d frames agree in %v (%.1f µs per frame); outcomes %v", n, el.Round(time.Millisecond), float64(el.Microseconds())/float64(n), tally)
-	t.Logf("kinds %v", kinds)
+	t.Logf("kinds %v; %d stamped", kinds, stamped)
+	if n >= 1000 && stamped == 0 {
+		t.Errorf("no frame of %d went to the stamping endpoint: the stamp went untested", n)
+	}
 }
 
 // readCounter sums counter c of row over the CPUs.
@@ -155,4 +173,11 @@ func readRow(dp *loader.Objects, row int) (out [bpf.NumCounters]uint64, err erro
 		}
 	}
 	return out, nil
+}
+
+// monotonic is CLOCK_MONOTONIC in nanoseconds, the XDP program's clock.
+func monotonic() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }

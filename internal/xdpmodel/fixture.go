@@ -53,7 +53,7 @@ func Fixture() *Tables {
 	t := &Tables{EPs: map[bpf.EPKey]bpf.EPVal{}, AV: map[bpf.AVKey]bpf.AVVal{}, Local: map[bpf.Addr]bool{}, XSKs: map[uint32]bool{}}
 	for k, v := range map[netip.AddrPort]bpf.EPVal{
 		EP4:      {EpId: 1, AvId: 1, XskBase: 0, RxCtxs: 1, Queues: 1, Policy: bpf.PolicyNotAvail},
-		EP6:      {EpId: 2, AvId: 1, XskBase: 1, RxCtxs: 1, Queues: 1, Policy: bpf.PolicySourceErr},
+		EP6:      {EpId: 2, AvId: 1, XskBase: 1, RxCtxs: 1, Queues: 1, Policy: bpf.PolicySourceErr, Flags: bpf.EPFStamp},
 		EPDrop:   {EpId: 3, AvId: 1, XskBase: 0, RxCtxs: 1, Queues: 1, Policy: bpf.PolicyDrop},
 		EPAuth:   {EpId: 4, AvId: 1, XskBase: 2, RxCtxs: 1, Queues: 1, AuthKey: AuthKey},
 		EPCtx:    {EpId: 5, AvId: 1, XskBase: 4, RxCtxs: 3, Queues: 2},

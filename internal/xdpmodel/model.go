@@ -77,6 +77,12 @@ type Result struct {
 	// XSKMAP slot (the metadata is written before the redirect).
 	HasMeta bool
 	Meta    wire.Meta
+	// Stamped reports that the program put a wire.StampLen-byte stamp in
+	// front of the frame (an endpoint with bpf.EPFStamp; with HasMeta):
+	// the frame it hands on is the stamp and then the frame it got, and
+	// Meta's offsets count the stamp. The stamp's value is the time of
+	// the run, which the model cannot know.
+	Stamped bool
 	// Slot is the XSKMAP slot the program redirected to (or tried to),
 	// valid when HasMeta.
 	Slot uint32
@@ -184,11 +190,18 @@ func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
 	}
 	r.Slot = ep.XskBase + uint32(rxCtx)*uint32(ep.Queues) + queue
 
-	// 8. The metadata (bpf_xdp_adjust_meta always has the room here).
+	// 8. The metadata (bpf_xdp_adjust_meta always has the room here),
+	// behind a stamp for an endpoint being measured.
 	m.EpID = ep.EpId
 	m.L3Off, m.HdrOff = uint16(d.L3Off), uint16(hdrOff)
 	m.PayloadLen = uint16(udpLen - minUDPLen)
 	m.Family, m.Version, m.RxCtx = src.Family, wire.MetaVersion, rxCtx
+	if ep.Flags&bpf.EPFStamp != 0 {
+		m.Flags |= wire.MetaStamp
+		m.L3Off += wire.StampLen
+		m.HdrOff += wire.StampLen
+		r.Stamped = true
+	}
 	r.HasMeta, r.Meta = true, m
 
 	// 9. Redirect.

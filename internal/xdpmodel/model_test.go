@@ -84,9 +84,18 @@ func invariants(tb *xdpmodel.Tables, frame []byte, queue uint32, r xdpmodel.Resu
 		return nil
 	}
 
-	// Metadata: only for a datagram that passes every check.
+	// Metadata: only for a datagram that passes every check. A stamped
+	// frame (an endpoint being measured) is the stamp and the frame: the
+	// offsets count the stamp.
 	m := r.Meta
-	if !isUDP || int(m.L3Off) != d.L3Off || int(m.HdrOff) != d.L4Off+wire.UDPHeaderLen || m.Version != wire.MetaVersion {
+	stamp, out := 0, frame
+	if r.Stamped {
+		stamp, out = wire.StampLen, append(make([]byte, wire.StampLen), frame...)
+	}
+	if r.Stamped != (m.Flags&wire.MetaStamp != 0) {
+		return fmt.Errorf("stamped %v, metadata flags %#x", r.Stamped, m.Flags)
+	}
+	if !isUDP || int(m.L3Off) != d.L3Off+stamp || int(m.HdrOff) != d.L4Off+wire.UDPHeaderLen+stamp || m.Version != wire.MetaVersion {
 		return fmt.Errorf("metadata offsets %+v, datagram %+v", m, d)
 	}
 	if !xdpmodel.DstUnicast(d.Dst.Addr()) || xdpmodel.SrcMartian(d.Src.Addr()) {
@@ -111,6 +120,9 @@ func invariants(tb *xdpmodel.Tables, frame []byte, queue uint32, r xdpmodel.Resu
 		if !tb.Local[lk] {
 			return fmt.Errorf("delivered to %v through a wildcard: not local", d.Dst)
 		}
+	}
+	if r.Stamped != (ep.Flags&bpf.EPFStamp != 0) {
+		return fmt.Errorf("stamped %v for endpoint %+v", r.Stamped, ep)
 	}
 	if m.EpID != ep.EpId || uint16(m.RxCtx) >= ep.RxCtxs || queue >= uint32(ep.Queues) {
 		return fmt.Errorf("metadata %+v for endpoint %+v", m, ep)
@@ -149,11 +161,11 @@ func invariants(tb *xdpmodel.Tables, frame []byte, queue uint32, r xdpmodel.Resu
 	if int(m.PayloadLen) != udpLen-wire.UDPHeaderLen-wire.HdrLen {
 		return fmt.Errorf("payload_len %d, UDP length %d", m.PayloadLen, udpLen)
 	}
-	h, okHdr := wire.ParseHdr(frame[m.HdrOff:])
+	h, okHdr := wire.ParseHdr(out[m.HdrOff:])
 	if !okHdr || h.RxCtx != m.RxCtx || h.Op == 0 || h.Op > wire.OpTagged {
 		return fmt.Errorf("xdpfab header %+v (ok %v)", h, okHdr)
 	}
-	if src, _ := wire.Source(frame, m); src != d.Src {
+	if src, _ := wire.Source(out, m); src != d.Src {
 		return fmt.Errorf("wire.Source %v, datagram from %v", src, d.Src)
 	}
 	// The source's translation.

@@ -1,0 +1,215 @@
+package main
+
+// Section 3's floor: bench/xskfloor/xskfloor.c, a minimal AF_XDP
+// ping-pong in C (libxdp), on the same beds, in the same XDP modes and
+// with the same CPU pinning as xdpfab. The XDP program it runs behind is
+// made here (a dozen instructions: UDP to the floor's port goes to the
+// XSKMAP slot of its rx queue, everything else passes), so no clang runs
+// at bench time; each side's process gets its XSKMAP as descriptor 3.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
+)
+
+const floorPort = 7100
+
+// floorSide is one host's half of the floor: its XSKMAP and the program
+// attached to its interface.
+type floorSide struct {
+	xsks *ebpf.Map
+	prog *ebpf.Program
+	l    link.Link
+}
+
+func (f *floorSide) Close() {
+	if f.l != nil {
+		f.l.Close()
+	}
+	if f.prog != nil {
+		f.prog.Close()
+	}
+	if f.xsks != nil {
+		f.xsks.Close()
+	}
+}
+
+// newFloorSide makes the XSKMAP and the redirect program and attaches it
+// to h's interface in mode.
+func newFloorSide(h *testbed.Host, mode loader.Mode) (_ *floorSide, err error) {
+	f := &floorSide{}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if f.xsks, err = ebpf.NewMap(&ebpf.MapSpec{Name: "floor_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: 64}); err != nil {
+		return nil, err
+	}
+	// Ethernet + IPv4 without options + UDP to floorPort: loads are
+	// little-endian, so the big-endian fields compare byte-swapped.
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R2, asm.R6, 0, asm.Word), // data
+		asm.LoadMem(asm.R3, asm.R6, 4, asm.Word), // data_end
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 38),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.LoadMem(asm.R4, asm.R2, 12, asm.Half),
+		asm.JNE.Imm(asm.R4, 0x0008, "pass"), // ETH_P_IP
+		asm.LoadMem(asm.R4, asm.R2, 23, asm.Byte),
+		asm.JNE.Imm(asm.R4, 17, "pass"), // IPPROTO_UDP
+		asm.LoadMem(asm.R4, asm.R2, 36, asm.Half),
+		asm.JNE.Imm(asm.R4, int32(floorPort>>8|(floorPort&0xff)<<8), "pass"),
+		asm.LoadMem(asm.R2, asm.R6, 16, asm.Word), // rx_queue_index
+		asm.LoadMapPtr(asm.R1, f.xsks.FD()),
+		asm.Mov.Imm(asm.R3, xdpPass), // no socket in the slot: pass
+		asm.FnRedirectMap.Call(),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
+		asm.Return(),
+	}
+	if f.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_floor", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL", Instructions: insns}); err != nil {
+		return nil, fmt.Errorf("floor program: %w", err)
+	}
+	flags := link.XDPDriverMode
+	if mode == loader.Generic {
+		flags = link.XDPGenericMode
+	}
+	err = h.Do(func() (err error) {
+		f.l, err = link.AttachXDP(link.XDPOptions{Program: f.prog, Interface: h.Ifindex, Flags: flags})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach floor program: %w", err)
+	}
+	return f, nil
+}
+
+// mapFile is a duplicate of the XSKMAP's descriptor for a child process.
+func (f *floorSide) mapFile() (*os.File, error) {
+	fd, err := unix.FcntlInt(uintptr(f.xsks.FD()), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "xskmap"), nil
+}
+
+// floorOut is what the floor's client prints.
+type floorOut struct {
+	Size      int     `json:"size"`
+	Iters     int     `json:"iters"`
+	ElapsedNS int64   `json:"elapsed_ns"`
+	HalvesNS  []int64 `json:"halves_ns"`
+}
+
+// floorPingPong runs one floor ping-pong of size-byte payloads: the server
+// in B (CPU cfg.cpuLoad), the client in A (CPU cfg.cpuMeasure).
+func floorPingPong(cfg *config, bd *testbed.Bed, sa, sb *floorSide, size, iters, warm int) (ppResult, error) {
+	ctx, cancel := context.WithTimeout(cfg.ctx, time.Minute)
+	defer cancel()
+	fb, err := sb.mapFile()
+	if err != nil {
+		return ppResult{}, err
+	}
+	defer fb.Close()
+	srv := exec.CommandContext(ctx, "ip", "netns", "exec", bd.B.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
+		cfg.xskfloor, "server", testbed.LinkName, fmt.Sprint(floorPort), fmt.Sprint(iters+warm))
+	srv.ExtraFiles = []*os.File{fb}
+	var srvErr strings.Builder
+	srv.Stderr = &srvErr
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		return ppResult{}, err
+	}
+	if err := srv.Start(); err != nil {
+		return ppResult{}, err
+	}
+	defer func() {
+		if srv.ProcessState == nil {
+			srv.Process.Kill()
+			srv.Wait()
+		}
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		srv.Process.Kill()
+		srv.Wait()
+		return ppResult{}, fmt.Errorf("floor server: %v %s", err, strings.TrimSpace(srvErr.String()))
+	}
+	go io.Copy(io.Discard, out)
+	fa, err := sa.mapFile()
+	if err != nil {
+		return ppResult{}, err
+	}
+	defer fa.Close()
+	cli := exec.CommandContext(ctx, "ip", "netns", "exec", bd.A.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+		cfg.xskfloor, "client", testbed.LinkName, fmt.Sprint(floorPort), bd.A.MAC.String(), bd.B.MAC.String(),
+		bd.A.IPv4.String(), bd.B.IPv4.String(), fmt.Sprint(size), fmt.Sprint(iters), fmt.Sprint(warm))
+	cli.ExtraFiles = []*os.File{fa}
+	var cliErr strings.Builder
+	cli.Stderr = &cliErr
+	b, err := cli.Output()
+	if err != nil {
+		return ppResult{}, fmt.Errorf("floor client: %v: %s", err, strings.TrimSpace(cliErr.String()))
+	}
+	if err := srv.Wait(); err != nil {
+		return ppResult{}, fmt.Errorf("floor server: %v: %s", err, strings.TrimSpace(srvErr.String()))
+	}
+	var fo floorOut
+	if err := json.Unmarshal(b, &fo); err != nil {
+		return ppResult{}, fmt.Errorf("floor client output: %w", err)
+	}
+	if fo.Iters != iters || len(fo.HalvesNS) != iters {
+		return ppResult{}, errors.New("floor client: short output")
+	}
+	halves := make([]time.Duration, len(fo.HalvesNS))
+	for i, h := range fo.HalvesNS {
+		halves[i] = time.Duration(h)
+	}
+	return summarizePP(halves, time.Duration(fo.ElapsedNS)), nil
+}
+
+// runFloor measures the floor on bd in mode at every size xdpfab ran at
+// (sizes: the payload bytes, as for xdpfab).
+func runFloor(cfg *config, bd *testbed.Bed, mode loader.Mode, key string, sizes []int, iters, warm int,
+	add func(string, string, int, []ppResult)) error {
+	sa, err := newFloorSide(bd.A, mode)
+	if err != nil {
+		return err
+	}
+	defer sa.Close()
+	sb, err := newFloorSide(bd.B, mode)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	title := fmt.Sprintf("C AF_XDP floor (libxdp), %s XDP", mode)
+	for _, size := range sizes {
+		var res []ppResult
+		for range cfg.reps {
+			x, err := floorPingPong(cfg, bd, sa, sb, size, iters, warm)
+			if err != nil {
+				return fmt.Errorf("%d B: %w", size, err)
+			}
+			res = append(res, x)
+		}
+		add(key, title, size, res)
+	}
+	return nil
+}
