@@ -50,10 +50,14 @@ var sections = []section{
 	{"cq", "5. Completion queue", runCQ},
 	{"scale", "6. Scaling", runScaling},
 	{"local", "7. Same-host ping-pong", runLocal},
+	{"share", "8. Many applications on one queue", runShare},
 }
 
 func main() {
 	if localChild() { // a process of section 7
+		return
+	}
+	if shareChild() { // a process of section 8
 		return
 	}
 	cfg := &config{}

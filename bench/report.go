@@ -153,7 +153,7 @@ func writeReport(r *results, cfg *config) error {
 	secs := []struct {
 		name string
 		fn   func(*doc)
-	}{{"xdp", reportXDP}, {"rx", reportRx}, {"pp", reportPP}, {"av", reportAV}, {"cq", reportCQ}, {"scale", reportScale}, {"local", reportLocal}}
+	}{{"xdp", reportXDP}, {"rx", reportRx}, {"pp", reportPP}, {"av", reportAV}, {"cq", reportCQ}, {"scale", reportScale}, {"local", reportLocal}, {"share", reportShare}}
 	for _, sc := range secs {
 		sc.fn(d)
 	}

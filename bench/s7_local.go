@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -25,7 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -98,39 +96,10 @@ func runLocal(r *results, cfg *config) error {
 	return nil
 }
 
-// xdpfabLocal runs an agent in host A and the two ping-pong processes.
-// Each process's endpoint is on an interface of its own (veth0, and a veth
-// pair made in A): on this branch a device queue belongs to one process.
+// xdpfabLocal runs an agent in host A and the two ping-pong processes,
+// both with endpoints on the bed's interface (one sharing domain: the
+// bench runs as root), on two ports of A's address.
 func xdpfabLocal(r *results, cfg *config, bd *testbed.Bed, iters, warm int, add func(string, string, int, []localChildResult)) error {
-	alt := bd.Net4.Addr()
-	for range 200 {
-		alt = alt.Next()
-	}
-	err := bd.A.Do(func() error {
-		la := netlink.NewLinkAttrs()
-		la.Name = "lx0"
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "lx0p"}); err != nil {
-			return err
-		}
-		for _, n := range []string{"lx0p", "lx0"} {
-			l, err := netlink.LinkByName(n)
-			if err != nil {
-				return err
-			}
-			if n == "lx0" {
-				if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: alt.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
-					return err
-				}
-			}
-			if err := netlink.LinkSetUp(l); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "xdpfab-bench-local")
 	if err != nil {
 		return err
@@ -144,7 +113,7 @@ func xdpfabLocal(r *results, cfg *config, bd *testbed.Bed, iters, warm int, add 
 	}
 	pinRoot, sock := filepath.Join(dir, "bpffs"), filepath.Join(dir, "agent.sock")
 	defer loader.UnmountBPFFS(pinRoot)
-	ag := exec.Command(bin, "agent", "--iface", testbed.LinkName, "--iface", "lx0", "--pin-root", pinRoot, "--socket", sock)
+	ag := exec.Command(bin, "agent", "--iface", testbed.LinkName, "--pin-root", pinRoot, "--socket", sock)
 	var agLog bytes.Buffer
 	ag.Stdout, ag.Stderr = &agLog, &agLog
 	if err := bd.A.Do(ag.Start); err != nil {
@@ -162,7 +131,7 @@ func xdpfabLocal(r *results, cfg *config, bd *testbed.Bed, iters, warm int, add 
 		time.Sleep(20 * time.Millisecond)
 	}
 	defer c.Close()
-	srvAddr, cliAddr := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(alt, rxPort)
+	srvAddr, cliAddr := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(bd.A.IPv4, rxPort+1)
 	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "pp"}); err != nil {
 		return err
 	}
@@ -217,7 +186,7 @@ func localPingPong(cfg *config, h *testbed.Host, self, sock string, srv, cli net
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cl, err := start("client", cfg.cpuMeasure, cli, "lx0", &cliOut)
+	cl, err := start("client", cfg.cpuMeasure, cli, testbed.LinkName, &cliOut)
 	if err != nil {
 		return localChildResult{}, err
 	}
@@ -406,8 +375,8 @@ func reportLocal(d *doc) {
 	d.p("")
 	d.p("- **xdpfab**: each process opens its endpoint through `xdpfab agent` (its own process) and sends to the " +
 		"other's address, on the same host: the endpoints talk through a same-host channel (shared memory set up " +
-		"by the agent; docs/ARCHITECTURE.md), manual progress. The two endpoints are on two interfaces of the " +
-		"namespace (a device queue belongs to one process until sharing lands), which the channel does not use.")
+		"by the agent; docs/ARCHITECTURE.md), manual progress. Both endpoints are on the namespace's interface, " +
+		"in one sharing domain, on two ports of its address.")
 	d.p("- **fi_pingpong** `-p udp -e dgram`, server and client in the same namespace, the client to the " +
 		"namespace's own address: the kernel's UDP over loopback, which is also what a kernel path for xdpfab's " +
 		"same-host peers would cost at least.")

@@ -1,0 +1,384 @@
+package main
+
+// Section 8: many applications on one interface queue (issue 12). N
+// application processes (1, 2, 4, 8, 16) open endpoints through the agent
+// on host A's interface, which has one queue: all are in one sharing
+// domain. Each plays ping-pong with an endpoint of its own on host B, where
+// one echo thread serves all N (one process, root, a private dataplane).
+// The applications run on one CPU (taskset), the echo on the other, for a
+// fixed time; every application counts its round trips. The aggregate
+// message rate with N applications is compared with one application's: the
+// shared fill and completion rings should add no serialisation that shows.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ctl"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
+)
+
+var shareApps = []int{1, 2, 4, 8, 16}
+
+const sharePort = 7400 // host A's applications from here, host B's echoes likewise
+
+// shareResult is one application's run.
+type shareResult struct {
+	Count    int
+	P50, P99 float64 // round trip, µs
+	Err      string
+}
+
+func runShare(r *results, cfg *config) error {
+	dur := 2 * time.Second
+	if cfg.quick {
+		dur = 500 * time.Millisecond
+	}
+	r.Setup["share_duration"] = dur.String()
+	r.Setup["share_loadavg_start"] = loadAvg()
+	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
+	if err != nil {
+		return err
+	}
+	defer down()
+	maxN := slices.Max(shareApps)
+	var apps, echoes []netip.AddrPort
+	for i := range maxN {
+		apps = append(apps, netip.AddrPortFrom(bd.A.IPv4, uint16(sharePort+i)))
+		echoes = append(echoes, netip.AddrPortFrom(bd.B.IPv4, uint16(sharePort+i)))
+	}
+	stopEcho, err := shareEcho(cfg, bd.B, echoes, apps)
+	if err != nil {
+		return fmt.Errorf("echo: %w", err)
+	}
+	defer stopEcho()
+
+	dir, err := os.MkdirTemp("", "xdpfab-bench-share")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "xdpfab")
+	if out, err := exec.CommandContext(cfg.ctx, "go", "build", "-C", "..", "-o", bin, "./cmd/xdpfab").CombinedOutput(); err != nil {
+		return fmt.Errorf("build xdpfab (run from bench/): %v: %s", err, out)
+	}
+	pinRoot, sock := filepath.Join(dir, "bpffs"), filepath.Join(dir, "agent.sock")
+	defer loader.UnmountBPFFS(pinRoot)
+	ag := exec.Command(bin, "agent", "--iface", testbed.LinkName, "--pin-root", pinRoot, "--socket", sock, "--metrics", "")
+	var agLog bytes.Buffer
+	ag.Stdout, ag.Stderr = &agLog, &agLog
+	if err := bd.A.Do(ag.Start); err != nil {
+		return err
+	}
+	defer func() { ag.Process.Signal(syscall.SIGTERM); ag.Wait() }()
+	var c *client.Client
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err = client.Dial(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent did not come up: %v: %s", err, agLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer c.Close()
+	var addrs []string
+	for _, e := range echoes {
+		addrs = append(addrs, e.String())
+	}
+	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "share"}); err != nil {
+		return err
+	}
+	if _, err := c.AVInsert(ctl.AVInsertArgs{Name: "share", Addrs: addrs}); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, n := range shareApps {
+		var aggs, p50s, p99s []float64
+		for range cfg.reps {
+			res, err := shareRun(cfg, bd.A, self, sock, apps[:n], dur)
+			if err != nil {
+				return fmt.Errorf("%d applications: %w (agent: %s)", n, err, lastLine(agLog.Bytes()))
+			}
+			total, p50, p99 := 0, []float64{}, 0.0
+			for _, x := range res {
+				total += x.Count
+				p50 = append(p50, x.P50)
+				p99 = max(p99, x.P99)
+			}
+			aggs = append(aggs, float64(total)/dur.Seconds())
+			p50s = append(p50s, median(p50))
+			p99s = append(p99s, p99)
+		}
+		lbl := map[string]string{"apps": fmt.Sprint(n)}
+		k := fmt.Sprintf("share/%d", n)
+		r.add("share", k+"/rate", "round trips/s", aggs, lbl)
+		r.add("share", k+"/p50", "us", p50s, lbl)
+		r.add("share", k+"/p99", "us", p99s, lbl)
+		fmt.Printf("  %2d applications: %9.0f round trips/s, p50 %6.1f us, worst p99 %8.1f us (load %s)\n",
+			n, median(aggs), median(p50s), median(p99s), loadAvg())
+	}
+	r.Setup["share_loadavg_end"] = loadAvg()
+	return nil
+}
+
+// shareEcho serves every echo endpoint from one thread pinned to
+// cfg.cpuLoad: each answers its own application.
+func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort) (stop func(), err error) {
+	dp, err := loader.Load(loader.Config{AVEntries: 1024, MaxAVs: 64})
+	if err != nil {
+		return nil, err
+	}
+	type echo struct {
+		e      *ep.Endpoint
+		a      *av.AV
+		tx, rx *cq.CQ
+		buf    []byte
+	}
+	var eps []*echo
+	var att *loader.Attachment
+	closeAll := func() {
+		for _, x := range eps {
+			x.e.Close()
+			x.tx.Close()
+			x.rx.Close()
+			x.a.Close()
+		}
+		if att != nil {
+			att.Close()
+		}
+		dp.Close()
+	}
+	err = h.Do(func() (err error) {
+		if att, err = dp.Attach(testbed.LinkName, loader.Native); err != nil {
+			return err
+		}
+		for i, l := range locals {
+			x := &echo{buf: make([]byte, 2048)}
+			x.a, _ = av.Open(dp, &av.Attr{})
+			x.a.Insert(peers[i:i+1], make([]fi.Addr, 1), 0, nil)
+			x.tx, _ = cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+			x.rx, _ = cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+			if x.e, err = ep.Open(dp, ep.Attr{Ifname: testbed.LinkName, Local: l, AV: x.a, TxCQ: x.tx, RxCQ: x.rx,
+				BindMode: dataplane.BindCopy, Queues: 1, RingSize: 256, Frames: 8192, OpFlags: fi.InjectComplete}); err != nil {
+				return err
+			}
+			eps = append(eps, x)
+		}
+		return nil
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	quit := make(chan struct{})
+	done := goOnThread(nil, cfg.cpuLoad, func() error {
+		for _, x := range eps {
+			x.e.Recv(x.buf, fi.AddrUnspec, nil)
+		}
+		var ent [1]cq.Entry
+		for {
+			select {
+			case <-quit:
+				return nil
+			default:
+			}
+			for _, x := range eps {
+				if n, _ := x.rx.Read(ent[:]); n == 1 {
+					for x.e.Inject(x.buf[:ent[0].Len], 0) != nil {
+						x.e.Progress()
+					}
+					x.e.Recv(x.buf, fi.AddrUnspec, nil)
+				}
+			}
+		}
+	})
+	return func() { close(quit); <-done; closeAll() }, nil
+}
+
+// shareRun starts one application process per address (pinned to
+// cfg.cpuMeasure), lets them all open their endpoints, starts them at
+// once and collects their results.
+func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration) ([]shareResult, error) {
+	type proc struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}
+	var ps []*proc
+	defer func() {
+		for _, p := range ps {
+			if p.cmd.ProcessState == nil {
+				p.cmd.Process.Kill()
+				p.cmd.Wait()
+			}
+		}
+	}()
+	for i, a := range apps {
+		cmd := exec.CommandContext(cfg.ctx, "taskset", "-c", fmt.Sprint(cfg.cpuMeasure), self)
+		cmd.Env = append(os.Environ(), "XDPFAB_BENCH_SHARE=1", "XDPFAB_SOCKET="+sock, "XDPFAB_LOCAL="+a.String(),
+			"XDPFAB_PEER="+strconv.Itoa(i), "XDPFAB_DURATION="+dur.String())
+		cmd.Stderr = os.Stderr
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		if err := h.Do(cmd.Start); err != nil {
+			return nil, err
+		}
+		p := &proc{cmd: cmd, in: in, out: bufio.NewReader(out)}
+		ps = append(ps, p)
+		line, err := p.out.ReadString('\n')
+		if strings.TrimSpace(line) != "ready" {
+			return nil, fmt.Errorf("application %d: %q %v", i, line, err)
+		}
+	}
+	for _, p := range ps {
+		io.WriteString(p.in, "go\n")
+	}
+	var res []shareResult
+	for i, p := range ps {
+		var x shareResult
+		if err := json.NewDecoder(p.out).Decode(&x); err != nil {
+			return nil, fmt.Errorf("application %d: %v", i, err)
+		}
+		if x.Err != "" {
+			return nil, fmt.Errorf("application %d: %s", i, x.Err)
+		}
+		p.in.Close()
+		p.cmd.Wait()
+		res = append(res, x)
+	}
+	return res, nil
+}
+
+// shareChild runs one application of section 8 when this program was
+// started as one (XDPFAB_BENCH_SHARE), and reports whether it was.
+func shareChild() bool {
+	if os.Getenv("XDPFAB_BENCH_SHARE") == "" {
+		return false
+	}
+	res, err := shareApp()
+	if err != nil {
+		res.Err = err.Error()
+	}
+	json.NewEncoder(os.Stdout).Encode(res)
+	return true
+}
+
+func shareApp() (shareResult, error) {
+	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
+	peerIdx, _ := strconv.Atoi(os.Getenv("XDPFAB_PEER"))
+	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
+	c, err := client.Dial(os.Getenv("XDPFAB_SOCKET"))
+	if err != nil {
+		return shareResult{}, err
+	}
+	defer c.Close()
+	dp, a, err := c.OpenAV("share")
+	if err != nil {
+		return shareResult{}, err
+	}
+	defer dp.Close()
+	defer a.Close()
+	tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+	rx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "share", Caps: fi.Msg, RingSize: 64},
+		ep.Attr{Ifname: testbed.LinkName, Local: local, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg, OpFlags: fi.InjectComplete})
+	if err != nil {
+		return shareResult{}, err
+	}
+	defer e.Close()
+	fmt.Println("ready")
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil {
+		return shareResult{}, err
+	}
+	peer := fi.Addr(peerIdx)
+	msg, buf := make([]byte, 64), make([]byte, 2048)
+	var ent [1]cq.Entry
+	rtts := make([]time.Duration, 0, 1<<16)
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		e.Recv(buf, fi.AddrUnspec, nil)
+		t0 := time.Now()
+		for {
+			err := e.Inject(msg, peer)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, fi.EAGAIN) {
+				return shareResult{}, err
+			}
+			e.Progress()
+		}
+		for spins := 0; ; spins++ {
+			if n, _ := rx.Read(ent[:]); n == 1 {
+				break
+			}
+			// Others share this CPU: give it up while the reply is on
+			// its way, as an application that polls politely would.
+			if spins&15 == 15 {
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+			if spins&4095 == 4095 && time.Now().After(end.Add(5*time.Second)) {
+				return shareResult{}, errors.New("no reply")
+			}
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	if len(rtts) == 0 {
+		return shareResult{}, errors.New("no round trip in the run")
+	}
+	return shareResult{Count: len(rtts), P50: us(percentile(rtts, 0.5)), P99: us(percentile(rtts, 0.99))}, nil
+}
+
+// reportShare writes section 8 of BENCHMARKS.md.
+func reportShare(d *doc) {
+	d.p("## 8. Many applications on one interface queue")
+	d.p("")
+	if d.skipped("share") {
+		return
+	}
+	d.p("N application processes open endpoints through `xdpfab agent` on host A's interface, which has one "+
+		"queue: all N are in one sharing domain (one UMEM, the queue's fill and completion rings taken in turns "+
+		"through the domain's shared block, docs/ARCHITECTURE.md). Each plays 64-byte ping-pong with an endpoint "+
+		"of its own on host B, where one thread (CPU %s) serves all of them; the N applications share CPU %s "+
+		"(taskset) and give it up (sched_yield) while they wait. Each repetition runs %s. Load average at the "+
+		"start and end of the section: %s, %s.",
+		d.r.Setup["cpu_load"], d.r.Setup["cpu_measure"], orNA(d.r.Setup["share_duration"]),
+		orNA(d.r.Setup["share_loadavg_start"]), orNA(d.r.Setup["share_loadavg_end"]))
+	d.p("")
+	d.p("Target: the aggregate rate with N applications at least 0.9× one application's.")
+	d.p("")
+	var rows [][]string
+	for _, n := range shareApps {
+		k := fmt.Sprintf("share/%d", n)
+		rows = append(rows, []string{fmt.Sprint(n), d.v(k+"/rate", 0), d.ratio(k+"/rate", "share/1/rate"), d.v(k+"/p50", 1), d.v(k+"/p99", 1)})
+	}
+	d.table([]string{"applications", "aggregate round trips/s", "÷ one application", "per-application p50 µs (median)", "worst application's p99 µs"}, rows)
+	d.notes("share")
+}
