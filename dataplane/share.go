@@ -295,31 +295,52 @@ func (b *ShareBlock) txOwner(addr uint64) int {
 	return (f - b.cfg.RxFrames) / b.cfg.TxFrames
 }
 
-// lock takes l for holder id me. A holder that died (its slot retired)
-// loses the lock to the next waiter: lock returns its id then (else 0).
+// lock takes l for holder id me. A holder that died (its slot retired),
+// or a holder id no slot has (the block was scribbled on), loses the lock
+// to the next waiter: lock returns its id then (else 0).
 func (b *ShareBlock) lock(l *shareLock, me uint32) (stolen uint32) {
+	stolen, _ = b.lockWithin(l, me, 0)
+	return stolen
+}
+
+// agentWait bounds how long the block's creator waits for a lock: a
+// member of the domain may hold one for ever (stopped, or hostile), and
+// the creator must not hang with it.
+const agentWait = time.Second
+
+// lockWithin is lock giving up after max (0: never), ok false then.
+func (b *ShareBlock) lockWithin(l *shareLock, me uint32, max time.Duration) (stolen uint32, ok bool) {
 	for range 64 {
 		if l.state.CompareAndSwap(0, 1) {
 			l.holder.Store(me)
-			return 0
+			return 0, true
 		}
 		procYield()
+	}
+	var deadline time.Time
+	if max > 0 {
+		deadline = time.Now().Add(max)
 	}
 	for {
 		if l.state.Swap(2) == 0 {
 			l.holder.Store(me)
-			return 0
+			return 0, true
 		}
 		// Sleep until woken or a while passes, then look at the holder.
 		futexWait(&l.state, 2, 2*time.Millisecond)
 		if h := l.holder.Load(); h != 0 && h != agentHolder && !b.alive(int(h)-1) {
 			if l.holder.CompareAndSwap(h, me) {
 				l.state.Store(2) // wake sleepers at unlock: they may be many
-				return h
+				return h, true
 			}
+		}
+		if max > 0 && time.Now().After(deadline) {
+			return 0, false
 		}
 	}
 }
+
+var errStuck = fmt.Errorf("share: a lock of the block is held by a live member of the domain for over %v: %w", agentWait, fi.EBUSY)
 
 func (b *ShareBlock) unlock(l *shareLock) {
 	l.holder.Store(0)
@@ -328,8 +349,10 @@ func (b *ShareBlock) unlock(l *shareLock) {
 	}
 }
 
+// alive reports whether slot may hold a lock: a retired slot may not, nor
+// an id that names no slot.
 func (b *ShareBlock) alive(slot int) bool {
-	return slot < 0 || slot >= b.cfg.Slots || b.slot(slot).state.Load() != slotDead
+	return slot >= 0 && slot < b.cfg.Slots && b.slot(slot).state.Load() != slotDead
 }
 
 // Activate makes a free slot active for a new user: its return ring is
@@ -348,7 +371,9 @@ func (b *ShareBlock) Activate(slot int) error {
 		return fmt.Errorf("share: slot %d in use (state %d): %w", slot, st, fi.EBUSY)
 	}
 	l := b.compLock(0)
-	b.lock(l, agentHolder)
+	if _, ok := b.lockWithin(l, agentHolder, agentWait); !ok {
+		return errStuck
+	}
 	s.retCons.Store(s.retProd.Load())
 	s.stagingN.Store(0)
 	s.lost.Store(0)
@@ -356,6 +381,12 @@ func (b *ShareBlock) Activate(slot int) error {
 	s.state.Store(slotActive)
 	b.unlock(l)
 	return nil
+}
+
+// SlotFree reports whether slot can be activated: it is free, not in use
+// and not retired with frames the creator could not take back.
+func (b *ShareBlock) SlotFree(slot int) bool {
+	return b.ok() && slot >= 0 && slot < b.cfg.Slots && b.slot(slot).state.Load() == slotFree
 }
 
 // Retire marks slot dead: its user is gone (or gave its frames back and
@@ -531,7 +562,11 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 	// produced since, as it held the lock), they are the kernel's.
 	for q := range b.cfg.Queues {
 		l := b.fillLock(q)
-		if b.lock(l, agentHolder) == uint32(slot+1) {
+		stolen, ok := b.lockWithin(l, agentHolder, agentWait)
+		if !ok {
+			return 0, errStuck
+		}
+		if stolen == uint32(slot+1) {
 			if n := sl.stagingN.Load(); n > 0 && n <= stagingMax {
 				published := anchors[q].q.fill.producer.Load() == sl.stagingProd.Load()
 				for _, a := range b.staging(slot)[:n] {
@@ -551,7 +586,9 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 		}
 	}
 	l := b.fillLock(0)
-	b.lock(l, agentHolder)
+	if _, ok := b.lockWithin(l, agentHolder, agentWait); !ok {
+		return 0, errStuck
+	}
 	f := &anchors[0].q.fill
 	f.cachedProd, f.cachedCons = f.producer.Load(), f.consumer.Load()
 	k := f.free(uint32(len(back)))
@@ -565,7 +602,9 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 	// them again, and transmit paths ignore completions of frames they
 	// did not send).
 	cl := b.compLock(0)
-	b.lock(cl, agentHolder)
+	if _, ok := b.lockWithin(cl, agentHolder, agentWait); !ok {
+		return int(k), errStuck // the slot stays retired: never reused
+	}
 	sl.state.Store(slotFree)
 	b.unlock(cl)
 	if int(k) < len(back) {

@@ -222,7 +222,7 @@ func (d *Domain) Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error)
 	d.mu.Lock()
 	slot := -1
 	for i, p := range d.users {
-		if p == nil {
+		if p == nil && d.share.SlotFree(i) {
 			slot = i
 			break
 		}

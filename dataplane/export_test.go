@@ -1,0 +1,60 @@
+package dataplane
+
+import "sync/atomic"
+
+// Hooks for the ShareBlock tests (share_test.go): the locks, a scratch
+// word, and a fill interrupted by death.
+
+// LockForTest takes queue q's fill lock as slot (-1: the creator) and
+// returns the id it took it over from (0: none).
+func (b *ShareBlock) LockForTest(q, slot int) uint32 {
+	me := agentHolder
+	if slot >= 0 {
+		me = uint32(slot + 1)
+	}
+	return b.lock(b.fillLock(q), me)
+}
+
+// UnlockForTest releases queue q's fill lock.
+func (b *ShareBlock) UnlockForTest(q int) { b.unlock(b.fillLock(q)) }
+
+// ScribbleLockForTest makes queue q's fill lock look held by id.
+func (b *ShareBlock) ScribbleLockForTest(q int, id uint32) {
+	l := b.fillLock(q)
+	l.state.Store(2)
+	l.holder.Store(id)
+}
+
+// ScratchForTest is a word no one else uses (the last slot's lost count).
+func (b *ShareBlock) ScratchForTest() *atomic.Uint32 { return &b.slot(b.cfg.Slots - 1).lost }
+
+// DieInFillForTest does what Fill does as slot up to where a process
+// killed inside it would stop: the frames staged and (if publish) on the
+// ring, the lock still held, the marks still set.
+func (b *ShareBlock) DieInFillForTest(slot int, s *Socket, addrs []uint64, publish bool) {
+	sl := b.slot(slot)
+	copy(b.staging(slot), addrs)
+	b.lock(b.fillLock(s.queue-b.cfg.FirstQueue), uint32(slot+1))
+	f := &s.q.fill
+	f.cachedProd, f.cachedCons = f.producer.Load(), f.consumer.Load()
+	sl.stagingProd.Store(f.cachedProd + uint32(len(addrs)))
+	sl.stagingN.Store(uint32(len(addrs)))
+	if publish {
+		for i, a := range addrs {
+			f.put(uint32(i), a)
+		}
+		f.submit(uint32(len(addrs)))
+	}
+}
+
+// FillRingForTest returns the entries on s's fill ring the kernel has not
+// taken.
+func (s *Socket) FillRingForTest() []uint64 {
+	f := &s.q.fill
+	p, c := f.producer.Load(), f.consumer.Load()
+	var out []uint64
+	for i := c; i != p; i++ {
+		out = append(out, f.elems[i&f.mask])
+	}
+	return out
+}
