@@ -37,6 +37,18 @@
 // devices get a fill and completion ring of their own over the same frames.
 // A device queue can belong to only one UMEM at a time.
 //
+// # Sharing a UMEM between processes
+//
+// Processes that receive on one queue share its UMEM and so its fill and
+// completion rings, which have one producer and one consumer each. A
+// ShareBlock (a sealed memfd every process maps) makes them take turns:
+// ShareBlock.Fill and ShareBlock.Complete under per-queue locks that a
+// dead member's successor can take over, each user (slot) transmitting
+// with frames of its own (TxRange, UMEM.SetFreeRange) and marking the
+// receive frames it holds (Socket.TakeShared), so the block's creator can
+// give back everything a dead user held (Retire, Reclaim). Adopt the
+// shared queue's sockets with AdoptConfig.Shared.
+//
 // # Handing sockets to an unprivileged process
 //
 // A privileged agent can create, configure and bind the sockets and

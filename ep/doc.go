@@ -17,6 +17,17 @@
 // kernel; peer groups (fi_group_addr) are carried on the wire and matched
 // on receive.
 //
+// Many processes on one queue: a device queue belongs to one UMEM, so the
+// endpoints of several processes that receive on it share one. A Domain
+// (NewDomain, made by the agent per uid or declared group) is that UMEM,
+// the queues' rings and a dataplane.ShareBlock; Domain.Prepare makes an
+// endpoint in it for another process, with a share of the receive pool and
+// transmit frames of its own, and Prepared.Reclaim takes back what it held
+// once its process is gone. Attr.FirstQueue and Attr.Queues choose the rx
+// queues; endpoints of one process on different queue ranges of an
+// interface have devices of their own. See
+// docs/ARCHITECTURE.md#many-processes-on-one-queue.
+//
 // Same-host peers: a send to an address of this host (which the kernel
 // would loop back, never through the XDP program) goes through a
 // shared-memory channel to the endpoint receiving at that address, set up
