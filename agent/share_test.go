@@ -26,6 +26,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/testutil/jsonschema"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -356,6 +357,18 @@ func TestManyAppsOneQueue(t *testing.T) {
 	s := n.waitUsers(t, apps)
 	if len(s.Queues) != 1 || s.Queues[0].Name != "uid:65534" || s.Queues[0].Queues != 1 {
 		t.Fatalf("queue holds %+v, want one sharing domain uid:65534 on one queue", s.Queues)
+	}
+	// xdpfab status shows the hold, as its JSON schema says.
+	schema, err := jsonschema.Load("../docs/cli-json.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := n.run("status", "-o", "json")
+	if err := schema.Validate([]byte(out)); code != 0 || err != nil || !strings.Contains(out, `"domain": "uid:65534"`) {
+		t.Errorf("status -o json: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+	if out, _, _ := n.run("status"); !strings.Contains(out, "sharing domain uid:65534") || !strings.Contains(out, "4 of 8") {
+		t.Errorf("status:\n%s", out)
 	}
 	phase := func(kids []*shareChild, rounds int) {
 		for _, c := range kids {

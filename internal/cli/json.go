@@ -142,7 +142,20 @@ type statusDoc struct {
 	Maps        []mapDoc          `json:"maps"`
 	AVs         []avFields        `json:"avs"`
 	Endpoints   []endpointDoc     `json:"endpoints"`
+	Queues      []queueHoldDoc    `json:"queue_holds"`
 	Counters    map[string]uint64 `json:"counters"`
+}
+
+// queueHoldDoc is a hold on an interface's rx queues: a sharing domain
+// (domain set) or a private endpoint (domain null).
+type queueHoldDoc struct {
+	Iface      string  `json:"iface"`
+	FirstQueue int     `json:"first_queue"`
+	Queues     int     `json:"queues"`
+	Holder     string  `json:"holder"`
+	Domain     *string `json:"domain"`
+	Users      int     `json:"users"`
+	Slots      int     `json:"slots"`
 }
 
 type attachmentDoc struct {
@@ -172,7 +185,15 @@ type endpointDoc struct {
 func toStatusDoc(s ctl.Status) statusDoc {
 	d := statusDoc{docHeader: header(kindStatus), PinRoot: s.PinRoot, Restarts: s.Restarts, Clients: s.Clients,
 		Attachments: []attachmentDoc{}, Maps: []mapDoc{}, AVs: []avFields{}, Endpoints: []endpointDoc{},
-		Counters: s.Counters}
+		Queues: []queueHoldDoc{}, Counters: s.Counters}
+	for _, q := range s.Queues {
+		x := queueHoldDoc{Iface: q.Iface, FirstQueue: q.FirstQueue, Queues: q.Queues, Holder: q.Holder, Users: q.Users, Slots: q.Slots}
+		if q.Name != "" {
+			name := q.Name
+			x.Domain = &name
+		}
+		d.Queues = append(d.Queues, x)
+	}
 	for _, a := range s.Attachments {
 		d.Attachments = append(d.Attachments, attachmentDoc{a.Iface, a.Ifindex, a.Mode, a.Adopted})
 	}

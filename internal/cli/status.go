@@ -41,6 +41,14 @@ func statusCommand(e *env) *cobra.Command {
 				for _, p := range s.Endpoints {
 					fmt.Fprintf(w, "%d\t%s\t%d\t%d-%d\t%d\t%d\t%s\t\n", p.ID, p.Local, p.AVID, p.XSKBase, p.XSKBase+uint32(p.RxCtxs*p.Queues)-1, p.RxCtxs, p.Queues, p.Policy)
 				}
+				fmt.Fprintln(w, "\nIFACE\tQUEUES\tHOLDER\tENDPOINTS\t")
+				for _, q := range s.Queues {
+					users := "1"
+					if q.Name != "" {
+						users = fmt.Sprintf("%d of %d", q.Users, q.Slots)
+					}
+					fmt.Fprintf(w, "%s\t%d-%d\t%s\t%s\t\n", q.Iface, q.FirstQueue, q.FirstQueue+q.Queues-1, q.Holder, users)
+				}
 			})
 			return nil
 		})
