@@ -79,7 +79,7 @@ func TestShareChild(t *testing.T) {
 	peerIdx, _ := strconv.Atoi(os.Getenv("XDPFAB_PEER"))
 	peer := fi.Addr(peerIdx)
 	req := ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.Msg | fi.Source,
-		FirstQueue: firstQ, Queues: queues, RingSize: 64}
+		FirstQueue: firstQ, Queues: queues, RingSize: 64, Private: os.Getenv("XDPFAB_PRIVATE") != ""}
 	e, err := c.OpenEndpoint(req, ep.Attr{Local: local, Ifname: testbed.LinkName, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg | fi.Source})
 	if err != nil {
 		fail(err)
@@ -500,12 +500,26 @@ func TestAppsOwnQueues(t *testing.T) {
 	a.checkPhase(t, 500)
 	b.checkPhase(t, 500)
 	third := n.shareChild(t, 1000, netip.AddrPortFrom(n.bed.A.IPv4, 7300), 0, 0, 0)
-	if r := third.report(t); fi.Errno(r.Errno) != fi.EBUSY && fi.Errno(r.Errno) != fi.EACCES {
+	if r := third.report(t); fi.Errno(r.Errno) != fi.EBUSY || !strings.Contains(r.Err, "free queues: none") {
 		t.Errorf("a third domain asking for every queue: %q", r.Err)
+	}
+	private := n.shareChild(t, 1000, netip.AddrPortFrom(n.bed.A.IPv4, 7300), 1, 1, 1, "XDPFAB_PRIVATE=1")
+	if r := private.report(t); fi.Errno(r.Errno) != fi.EBUSY || !strings.Contains(r.Err, "sharing domain uid:0") {
+		t.Errorf("a private endpoint on a domain's queue: %q", r.Err)
 	}
 	a.close(t)
 	b.close(t)
 	n.waitUsers(t, 0)
+	// Queue 1 free again: a private endpoint (frame memory of its own)
+	// takes it and talks to its peer there.
+	private = n.shareChild(t, 1000, rootApp, 1, 1, 1, "XDPFAB_PRIVATE=1")
+	private.opened(t)
+	if s := n.status(t); len(s.Queues) != 1 || s.Queues[0].Name != "" || s.Queues[0].FirstQueue != 1 {
+		t.Errorf("queue holds with a private endpoint: %+v", s.Queues)
+	}
+	private.play(200)
+	private.checkPhase(t, 200)
+	private.close(t)
 	if c := n.status(t).Counters; c != nil && c["wrong_queue"] != 0 {
 		t.Errorf("%d frames on a queue no endpoint listens on", c["wrong_queue"])
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 var shareCfg = dataplane.ShareConfig{Queues: 1, Slots: 4, TxFrames: 16, RxFrames: 64, FrameSize: 4096}
@@ -58,9 +59,18 @@ func TestShareLockAcrossProcesses(t *testing.T) {
 	for slot := range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestShareLockChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "XDPFAB_SHARE_LOCK="+strconv.Itoa(slot))
-		cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(b.FD()), "share")}
+		// A duplicate: an os.File closes its descriptor when collected,
+		// and the block's is the block's.
+		dup, err := unix.Dup(b.FD())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := os.NewFile(uintptr(dup), "share")
+		cmd.ExtraFiles = []*os.File{f}
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
+		err = cmd.Start()
+		f.Close()
+		if err != nil {
 			t.Fatal(err)
 		}
 		cmds = append(cmds, cmd)

@@ -134,6 +134,9 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 			if a.Queues == 0 && q > 0 && errors.Is(err, fi.EINVAL) {
 				break
 			}
+			if errors.Is(err, fi.EBUSY) {
+				return nil, fmt.Errorf("socket for queue %d: the queue belongs to another frame memory (another process's endpoints, or an agent's sharing domain: open the endpoint through the agent to share the queue, or use free queues with Attr.FirstQueue): %w", d.first+q, err)
+			}
 			return nil, fmt.Errorf("socket for queue %d: %w", d.first+q, err)
 		}
 		d.anchors = append(d.anchors, s)
