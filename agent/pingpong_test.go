@@ -27,7 +27,8 @@ func TestPingPongThroughAgent(t *testing.T) {
 		local := netip.AddrPortFrom(n.bed.A.IPv4, uint16(7100+i))
 		cmd := exec.CommandContext(ctx, xdpfabBin, "pingpong", "server", "--iface", testbed.LinkName, "--local", local.String(),
 			"--socket", n.socket, "--via", "agent")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		// Pdeathsig: gone with the test process, even if it dies.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Pdeathsig: syscall.SIGKILL}
 		out := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := n.bed.A.Do(cmd.Start); err != nil {
@@ -53,6 +54,7 @@ func TestPingPongThroughAgent(t *testing.T) {
 		defer ccancel()
 		cmd := exec.CommandContext(cctx, xdpfabBin, "pingpong", "client", "--iface", testbed.LinkName, "--local", netip.AddrPortFrom(n.bed.B.IPv4, 7000).String(),
 			"--peer", srv.String(), "-S", "64", "-I", "200", "--via", "direct", "--pin-root", "")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		var out syncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := n.bed.B.Do(cmd.Run); err != nil {

@@ -162,9 +162,11 @@ func (n *node) shareChild(t *testing.T, uid uint32, local netip.AddrPort, firstQ
 	cmd.Env = append(os.Environ(), "XDPFAB_SHARE_CHILD=1", "XDPFAB_SOCKET="+n.socket, "XDPFAB_LOCAL="+local.String(),
 		"XDPFAB_FIRSTQ="+strconv.Itoa(firstQ), "XDPFAB_QUEUES="+strconv.Itoa(queues), "XDPFAB_PEER="+strconv.Itoa(peer))
 	cmd.Env = append(cmd.Env, env...)
+	// Pdeathsig: gone with the test process, even if it dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if uid != 0 {
 		// The socket group's member, as its primary group.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: 65534}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: 65534}
 	}
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()

@@ -137,6 +137,11 @@ func (s *session) close() {
 // Wait spins on q until a completion (manual progress: the read drives the
 // endpoint) or ctx ends. An error completion comes back as *cq.ErrEntry.
 func Wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error) {
+	return WaitUntil(ctx, q, time.Time{})
+}
+
+// WaitUntil is Wait giving up at deadline (zero: never) with fi.ETIMEDOUT.
+func WaitUntil(ctx context.Context, q *cq.CQ, deadline time.Time) (cq.Entry, fi.Addr, *cq.ErrEntry, error) {
 	var e [1]cq.Entry
 	var src [1]fi.Addr
 	for i := 0; ; i++ {
@@ -154,8 +159,13 @@ func Wait(ctx context.Context, q *cq.CQ) (cq.Entry, fi.Addr, *cq.ErrEntry, error
 		if !errors.Is(err, fi.EAGAIN) {
 			return cq.Entry{}, 0, nil, err
 		}
-		if i&4095 == 0 && ctx.Err() != nil {
-			return cq.Entry{}, 0, nil, ctx.Err()
+		if i&4095 == 0 {
+			if ctx.Err() != nil {
+				return cq.Entry{}, 0, nil, ctx.Err()
+			}
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return cq.Entry{}, 0, nil, fmt.Errorf("no reply within %v: %w", DefaultTimeout, fi.ETIMEDOUT)
+			}
 		}
 	}
 }
@@ -279,7 +289,7 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 			if err := send(ctx, s, msg, peer); err != nil {
 				return err
 			}
-			if _, _, ee, err := Wait(ctx, s.RxCQ); err != nil || ee != nil {
+			if _, _, ee, err := WaitUntil(ctx, s.RxCQ, t0.Add(DefaultTimeout)); err != nil || ee != nil {
 				if err == nil {
 					err = ee.Err
 				}
@@ -293,6 +303,11 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 	}
 	return nil
 }
+
+// DefaultTimeout is how long the client waits for the server's reply to
+// one message before it gives up (fi.ETIMEDOUT): a server that went away
+// must not leave the client spinning.
+const DefaultTimeout = 5 * time.Second
 
 // Header is fi_pingpong's header line, then the percentile columns.
 func Header() string {
