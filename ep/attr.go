@@ -55,8 +55,17 @@ type Attr struct {
 	FirstQueue, Queues int
 	// OpFlags: fi.InjectComplete reports sends once the data is copied
 	// into the socket's memory; the default, fi.TransmitComplete, once
-	// the kernel has sent the frame.
+	// the kernel has sent the frame. fi.Completion makes the operations
+	// without a flags argument (Send, Recv, ...) report success on a
+	// selective-completion CQ.
 	OpFlags fi.Flags
+	// SelectiveCompletion binds the CQs with FI_SELECTIVE_COMPLETION
+	// (fi_ep_bind): fi.Transmit for the transmit CQ, fi.Recv for the
+	// receive CQs. An operation on such a CQ reports its success only with
+	// fi.Completion (SendMsg, RecvMsg, ... flags; OpFlags for the others);
+	// errors (truncation, cancellation, unknown sources with
+	// FI_SOURCE_ERR) are always reported, and FI_INJECT sends never report.
+	SelectiveCompletion fi.Flags
 	// AuthKey, an auth-key handle of the AV, enables the endpoint with
 	// that key: it only knows peers bound to it and sends it on the wire.
 	AuthKey fi.Addr
@@ -151,8 +160,10 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: ring size %d, at most %d: %w", a.RingSize, MaxRingSize, fi.EINVAL)
 	case a.MaxPosted > MaxPostedLimit:
 		return fmt.Errorf("ep open: %d posted receives, at most %d: %w", a.MaxPosted, MaxPostedLimit, fi.EINVAL)
-	case a.OpFlags&^(fi.InjectComplete|fi.TransmitComplete) != 0:
+	case a.OpFlags&^(fi.InjectComplete|fi.TransmitComplete|fi.Completion) != 0:
 		return fmt.Errorf("ep open: op flags %v: %w", a.OpFlags, fi.EINVAL)
+	case a.SelectiveCompletion&^(fi.Transmit|fi.Recv) != 0:
+		return fmt.Errorf("ep open: selective completion %v: want fi.Transmit and/or fi.Recv: %w", a.SelectiveCompletion, fi.EINVAL)
 	case a.Progress != ProgressManual && a.Progress != ProgressAuto:
 		return fmt.Errorf("ep open: progress mode %d: %w", a.Progress, fi.EINVAL)
 	}
@@ -181,8 +192,8 @@ func (a *Attr) defaults() {
 	if a.MaxPosted == 0 {
 		a.MaxPosted = 1024
 	}
-	if a.OpFlags == 0 {
-		a.OpFlags = fi.TransmitComplete
+	if a.OpFlags&(fi.InjectComplete|fi.TransmitComplete) == 0 {
+		a.OpFlags |= fi.TransmitComplete
 	}
 	if a.Logger == nil {
 		a.Logger = slog.Default()

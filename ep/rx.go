@@ -38,6 +38,7 @@ type recvOp struct {
 	src         fi.Addr // fi.AddrUnspec: any
 	tag, ignore uint64
 	ctx         any
+	quiet       bool // selective completion without fi.Completion: errors only
 }
 
 // frameRef is a received frame the endpoint still holds.
@@ -67,11 +68,12 @@ func (e *Endpoint) Recv(buf []byte, src fi.Addr, ctx any) error {
 	if e == nil || len(e.rx) == 0 {
 		return e.rxErr("ep recv")
 	}
-	return e.rx[0].post(recvOp{buf: buf, src: src, ctx: ctx}, false)
+	return e.rx[0].post(recvOp{buf: buf, src: src, ctx: ctx, quiet: e.rx[0].quiet(e.opComp())}, false)
 }
 
-// RecvMsg posts buf with flags (fi_recvmsg): fi.MultiRecv makes it a
-// multi-receive buffer, filled by consecutive messages until less than
+// RecvMsg posts buf with flags (fi_recvmsg): fi.Completion reports its
+// success on a selective-completion CQ (Attr.SelectiveCompletion);
+// fi.MultiRecv makes it a multi-receive buffer, filled by consecutive messages until less than
 // Attr.MinMultiRecv bytes remain; the completion that releases it has
 // fi.MultiRecv set.
 func (e *Endpoint) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) error {
@@ -87,7 +89,7 @@ func (e *Endpoint) TRecv(buf []byte, src fi.Addr, tag, ignore uint64, ctx any) e
 	if e == nil || len(e.rx) == 0 {
 		return e.rxErr("ep trecv")
 	}
-	return e.rx[0].post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx}, true)
+	return e.rx[0].post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx, quiet: e.rx[0].quiet(e.opComp())}, true)
 }
 
 // Cancel cancels the posted receive with context ctx (fi_cancel): it
@@ -120,7 +122,7 @@ func (r *RxContext) Recv(buf []byte, src fi.Addr, ctx any) error {
 	if r == nil || r.c == nil {
 		return errNoRxCtx("ep recv")
 	}
-	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx}, false)
+	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx, quiet: r.c.quiet(r.c.ep.opComp())}, false)
 }
 
 // RecvMsg is Endpoint.RecvMsg on this context.
@@ -128,10 +130,10 @@ func (r *RxContext) RecvMsg(buf []byte, src fi.Addr, ctx any, flags fi.Flags) er
 	if r == nil || r.c == nil {
 		return errNoRxCtx("ep recvmsg")
 	}
-	if flags&^fi.MultiRecv != 0 {
-		return fmt.Errorf("ep recvmsg: flags %v: %w", flags&^fi.MultiRecv, fi.EBADFLAGS)
+	if flags&^(fi.MultiRecv|fi.Completion) != 0 {
+		return fmt.Errorf("ep recvmsg: flags %v: %w", flags&^(fi.MultiRecv|fi.Completion), fi.EBADFLAGS)
 	}
-	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx, multi: flags&fi.MultiRecv != 0}, false)
+	return r.c.post(recvOp{buf: buf, src: src, ctx: ctx, multi: flags&fi.MultiRecv != 0, quiet: r.c.quiet(flags)}, false)
 }
 
 // TRecv is Endpoint.TRecv on this context.
@@ -139,7 +141,7 @@ func (r *RxContext) TRecv(buf []byte, src fi.Addr, tag, ignore uint64, ctx any) 
 	if r == nil || r.c == nil {
 		return errNoRxCtx("ep trecv")
 	}
-	return r.c.post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx}, true)
+	return r.c.post(recvOp{buf: buf, src: src, tag: tag, ignore: ignore, ctx: ctx, quiet: r.c.quiet(r.c.ep.opComp())}, true)
 }
 
 // Cancel is Endpoint.Cancel on this context.
@@ -148,6 +150,22 @@ func (r *RxContext) Cancel(ctx any) error {
 		return errNoRxCtx("ep cancel")
 	}
 	return r.c.cancel(ctx)
+}
+
+// complete writes a receive's completion into the open reservation,
+// unless the receive asked for none (quiet) and it is no error (a
+// truncation, or an unknown source under FI_SOURCE_ERR).
+func (c *rxCtx) complete(op *recvOp, comp *cq.Completion) {
+	if !op.quiet || comp.Err != 0 || comp.SrcUnknown && c.ep.attr.Caps&fi.SourceErr != 0 {
+		c.cq.Write(comp)
+	}
+}
+
+// quiet reports whether a receive posted with flags reports only errors:
+// the context's CQ is bound with selective completion and flags lack
+// fi.Completion.
+func (c *rxCtx) quiet(flags fi.Flags) bool {
+	return c.ep.attr.SelectiveCompletion&fi.Recv != 0 && flags&fi.Completion == 0
 }
 
 func (c *rxCtx) post(op recvOp, tagged bool) error {
@@ -371,7 +389,7 @@ func (c *rxCtx) deliver(f frameRef) bool {
 			comp.Flags |= fi.MultiRecv
 		}
 	}
-	c.cq.Write(&comp)
+	c.complete(op, &comp)
 	if done {
 		removeOp(q, i)
 	}

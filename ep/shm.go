@@ -512,7 +512,7 @@ func (e *Endpoint) shmSend(tx *shmTx, peer netip.AddrPort, opcode uint8, buf []b
 	if flags&fi.RemoteCQData != 0 {
 		hdr.Flags |= wire.FlagCQData
 	}
-	report := flags&fi.Inject == 0
+	report := flags&fi.Inject == 0 && (e.attr.SelectiveCompletion&fi.Transmit == 0 || flags&fi.Completion != 0)
 	t := &e.dev.tx
 	t.mu.Lock()
 	if e.closed.Load() {
@@ -786,7 +786,7 @@ func (c *rxCtx) deliverLocal(h wire.Hdr, payload []byte, src *shmSrc) bool {
 			comp.Flags |= fi.MultiRecv
 		}
 	}
-	c.cq.Write(&comp)
+	c.complete(op, &comp)
 	if done {
 		removeOp(q, i)
 	}

@@ -75,12 +75,12 @@ func (t *txState) remove(e *Endpoint) {
 // Send sends buf to dest with context ctx (fi_send). dest may carry a
 // receive context (fi.RxAddr) and a peer group (fi.GroupAddr).
 func (e *Endpoint) Send(buf []byte, dest fi.Addr, ctx any) error {
-	return e.send(wire.OpMsg, buf, dest, 0, 0, 0, ctx)
+	return e.send(wire.OpMsg, buf, dest, 0, 0, e.opComp(), ctx)
 }
 
 // SendData sends buf with remote CQ data (fi_senddata).
 func (e *Endpoint) SendData(buf []byte, data uint64, dest fi.Addr, ctx any) error {
-	return e.send(wire.OpMsg, buf, dest, 0, data, fi.RemoteCQData, ctx)
+	return e.send(wire.OpMsg, buf, dest, 0, data, fi.RemoteCQData|e.opComp(), ctx)
 }
 
 // Inject sends buf without a completion (fi_inject); buf may be reused at
@@ -91,19 +91,20 @@ func (e *Endpoint) Inject(buf []byte, dest fi.Addr) error {
 
 // SendMsg sends with flags (fi_sendmsg): fi.RemoteCQData (with data),
 // fi.Inject, fi.More (more sends follow: the kernel is woken by the next
-// send without it), fi.InjectComplete, fi.TransmitComplete.
+// send without it), fi.InjectComplete, fi.TransmitComplete, fi.Completion
+// (report success on a selective-completion CQ; Attr.SelectiveCompletion).
 func (e *Endpoint) SendMsg(buf []byte, dest fi.Addr, data uint64, ctx any, flags fi.Flags) error {
 	return e.send(wire.OpMsg, buf, dest, 0, data, flags, ctx)
 }
 
 // TSend sends a tagged message (fi_tsend).
 func (e *Endpoint) TSend(buf []byte, dest fi.Addr, tag uint64, ctx any) error {
-	return e.send(wire.OpTagged, buf, dest, tag, 0, 0, ctx)
+	return e.send(wire.OpTagged, buf, dest, tag, 0, e.opComp(), ctx)
 }
 
 // TSendData sends a tagged message with remote CQ data (fi_tsenddata).
 func (e *Endpoint) TSendData(buf []byte, data uint64, dest fi.Addr, tag uint64, ctx any) error {
-	return e.send(wire.OpTagged, buf, dest, tag, data, fi.RemoteCQData, ctx)
+	return e.send(wire.OpTagged, buf, dest, tag, data, fi.RemoteCQData|e.opComp(), ctx)
 }
 
 // TInject sends a tagged message without a completion (fi_tinject).
@@ -139,7 +140,16 @@ var (
 	errTxRingFull = fmt.Errorf("ep send: transmit ring full: %w", fi.EAGAIN)
 )
 
-const sendFlags = fi.RemoteCQData | fi.Inject | fi.More | fi.InjectComplete | fi.TransmitComplete
+const sendFlags = fi.RemoteCQData | fi.Inject | fi.More | fi.InjectComplete | fi.TransmitComplete | fi.Completion
+
+// opComp is the fi.Completion of the operations without a flags argument:
+// the endpoint's OpFlags'.
+func (e *Endpoint) opComp() fi.Flags {
+	if e == nil {
+		return 0
+	}
+	return e.attr.OpFlags & fi.Completion
+}
 
 // decode splits dest into AV index, receive context and peer group:
 // the top rx_ctx_bits are the context (fi_rx_addr), bits 32 and up below
@@ -202,7 +212,8 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	if src.Addr().IsUnspecified() {
 		src = netip.AddrPortFrom(hop.SrcIP, src.Port())
 	}
-	report := flags&fi.Inject == 0
+	// A selective-completion CQ hears of a success only when asked.
+	report := flags&fi.Inject == 0 && (e.attr.SelectiveCompletion&fi.Transmit == 0 || flags&fi.Completion != 0)
 	injectComplete := e.attr.OpFlags&fi.InjectComplete != 0
 	if flags&fi.TransmitComplete != 0 {
 		injectComplete = false

@@ -56,6 +56,10 @@ const (
 	Source       Flags = 1 << 57
 	NamedRxCtx   Flags = 1 << 58
 	DirectedRecv Flags = 1 << 59
+	// SelectiveCompletion is a CQ binding flag (fi_ep_bind), the same bit
+	// as DirectedRecv in libfabric: only operations with Completion
+	// report success.
+	SelectiveCompletion Flags = 1 << 59
 )
 
 // Address-vector flags (fi_domain.h). They reuse high bits with
