@@ -117,30 +117,50 @@ func runShare(r *results, cfg *config) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range shareApps {
-		var aggs, p50s, p99s []float64
-		for range cfg.reps {
-			res, err := shareRun(cfg, bd.A, self, sock, apps[:n], dur)
-			if err != nil {
-				return fmt.Errorf("%d applications: %w (agent: %s)", n, err, lastLine(agLog.Bytes()))
+	// The control: the same N processes on the same CPU playing ping-pong
+	// over kernel UDP sockets (nothing shared between them but the CPU),
+	// against a kernel UDP echo on host B's other ports.
+	udpEchoes := make([]netip.AddrPort, maxN)
+	for i := range udpEchoes {
+		udpEchoes[i] = netip.AddrPortFrom(bd.B.IPv4, uint16(sharePort+100+i))
+	}
+	stopUDP, err := shareUDPEcho(cfg, bd.B, udpEchoes)
+	if err != nil {
+		return fmt.Errorf("udp echo: %w", err)
+	}
+	defer stopUDP()
+	for _, kind := range []string{"xdpfab", "udp"} {
+		for _, n := range shareApps {
+			var aggs, p50s, p99s []float64
+			for range cfg.reps {
+				var res []shareResult
+				var err error
+				if kind == "xdpfab" {
+					res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, nil)
+				} else {
+					res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, udpEchoes)
+				}
+				if err != nil {
+					return fmt.Errorf("%s, %d applications: %w (agent: %s)", kind, n, err, lastLine(agLog.Bytes()))
+				}
+				total, p50, p99 := 0, []float64{}, 0.0
+				for _, x := range res {
+					total += x.Count
+					p50 = append(p50, x.P50)
+					p99 = max(p99, x.P99)
+				}
+				aggs = append(aggs, float64(total)/dur.Seconds())
+				p50s = append(p50s, median(p50))
+				p99s = append(p99s, p99)
 			}
-			total, p50, p99 := 0, []float64{}, 0.0
-			for _, x := range res {
-				total += x.Count
-				p50 = append(p50, x.P50)
-				p99 = max(p99, x.P99)
-			}
-			aggs = append(aggs, float64(total)/dur.Seconds())
-			p50s = append(p50s, median(p50))
-			p99s = append(p99s, p99)
+			lbl := map[string]string{"apps": fmt.Sprint(n), "impl": kind}
+			k := fmt.Sprintf("share/%s/%d", kind, n)
+			r.add("share", k+"/rate", "round trips/s", aggs, lbl)
+			r.add("share", k+"/p50", "us", p50s, lbl)
+			r.add("share", k+"/p99", "us", p99s, lbl)
+			fmt.Printf("  %-6s %2d applications: %9.0f round trips/s, p50 %6.1f us, worst p99 %8.1f us (load %s)\n",
+				kind, n, median(aggs), median(p50s), median(p99s), loadAvg())
 		}
-		lbl := map[string]string{"apps": fmt.Sprint(n)}
-		k := fmt.Sprintf("share/%d", n)
-		r.add("share", k+"/rate", "round trips/s", aggs, lbl)
-		r.add("share", k+"/p50", "us", p50s, lbl)
-		r.add("share", k+"/p99", "us", p99s, lbl)
-		fmt.Printf("  %2d applications: %9.0f round trips/s, p50 %6.1f us, worst p99 %8.1f us (load %s)\n",
-			n, median(aggs), median(p50s), median(p99s), loadAvg())
 	}
 	r.Setup["share_loadavg_end"] = loadAvg()
 	return nil
@@ -223,7 +243,7 @@ func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort) (st
 // shareRun starts one application process per address (pinned to
 // cfg.cpuMeasure), lets them all open their endpoints, starts them at
 // once and collects their results.
-func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration) ([]shareResult, error) {
+func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration, udp []netip.AddrPort) ([]shareResult, error) {
 	type proc struct {
 		cmd *exec.Cmd
 		in  io.WriteCloser
@@ -242,6 +262,9 @@ func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.Addr
 		cmd := exec.CommandContext(cfg.ctx, "taskset", "-c", fmt.Sprint(cfg.cpuMeasure), self)
 		cmd.Env = append(os.Environ(), "XDPFAB_BENCH_SHARE=1", "XDPFAB_SOCKET="+sock, "XDPFAB_LOCAL="+a.String(),
 			"XDPFAB_PEER="+strconv.Itoa(i), "XDPFAB_DURATION="+dur.String())
+		if udp != nil {
+			cmd.Env = append(cmd.Env, "XDPFAB_UDP_PEER="+udp[i].String())
+		}
 		cmd.Stderr = os.Stderr
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
@@ -289,6 +312,9 @@ func shareChild() bool {
 }
 
 func shareApp() (shareResult, error) {
+	if p := os.Getenv("XDPFAB_UDP_PEER"); p != "" {
+		return shareUDPApp(netip.MustParseAddrPort(p))
+	}
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
 	peerIdx, _ := strconv.Atoi(os.Getenv("XDPFAB_PEER"))
 	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
@@ -340,7 +366,96 @@ func shareApp() (shareResult, error) {
 			}
 			// Others share this CPU: give it up while the reply is on
 			// its way, as an application that polls politely would.
-			if spins&15 == 15 {
+			if spins&1 == 1 {
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+			if spins&4095 == 4095 && time.Now().After(end.Add(5*time.Second)) {
+				return shareResult{}, errors.New("no reply")
+			}
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	if len(rtts) == 0 {
+		return shareResult{}, errors.New("no round trip in the run")
+	}
+	return shareResult{Count: len(rtts), P50: us(percentile(rtts, 0.5)), P99: us(percentile(rtts, 0.99))}, nil
+}
+
+// shareUDPEcho answers every datagram on the given addresses from one
+// thread pinned to cfg.cpuLoad (non-blocking sockets, polled in turn).
+func shareUDPEcho(cfg *config, h *testbed.Host, locals []netip.AddrPort) (stop func(), err error) {
+	var fds []int
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	err = h.Do(func() error {
+		for _, l := range locals {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(l.Port()), Addr: l.Addr().As4()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	quit := make(chan struct{})
+	done := goOnThread(nil, cfg.cpuLoad, func() error {
+		buf := make([]byte, 2048)
+		for {
+			select {
+			case <-quit:
+				return nil
+			default:
+			}
+			for _, fd := range fds {
+				if n, from, err := unix.Recvfrom(fd, buf, 0); err == nil {
+					unix.Sendto(fd, buf[:n], 0, from)
+				}
+			}
+		}
+	})
+	return func() { close(quit); <-done; closeAll() }, nil
+}
+
+// shareUDPApp is shareApp over a kernel UDP socket: the same loop, the
+// same polite wait.
+func shareUDPApp(peer netip.AddrPort) (shareResult, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return shareResult{}, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(peer.Port()), Addr: peer.Addr().As4()}); err != nil {
+		return shareResult{}, err
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return shareResult{}, err
+	}
+	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
+	msg, buf := make([]byte, 64), make([]byte, 2048)
+	rtts := make([]time.Duration, 0, 1<<16)
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		t0 := time.Now()
+		if _, err := unix.Write(fd, msg); err != nil {
+			return shareResult{}, err
+		}
+		for spins := 0; ; spins++ {
+			if _, err := unix.Read(fd, buf); err == nil {
+				break
+			}
+			if spins&1 == 1 {
 				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			}
 			if spins&4095 == 4095 && time.Now().After(end.Add(5*time.Second)) {
@@ -372,13 +487,22 @@ func reportShare(d *doc) {
 		d.r.Setup["cpu_load"], d.r.Setup["cpu_measure"], orNA(d.r.Setup["share_duration"]),
 		orNA(d.r.Setup["share_loadavg_start"]), orNA(d.r.Setup["share_loadavg_end"]))
 	d.p("")
-	d.p("Target: the aggregate rate with N applications at least 0.9× one application's.")
+	d.p("Target: the aggregate rate with N applications at least 0.9× one application's. The control row is the " +
+		"same N processes on the same CPU doing the same loop over kernel UDP sockets to a kernel UDP echo: " +
+		"nothing is shared between them but the CPU, so its ratio is what time-sharing one CPU costs; the " +
+		"sharing domain adds serialisation only where its ratio falls below the control's.")
 	d.p("")
 	var rows [][]string
-	for _, n := range shareApps {
-		k := fmt.Sprintf("share/%d", n)
-		rows = append(rows, []string{fmt.Sprint(n), d.v(k+"/rate", 0), d.ratio(k+"/rate", "share/1/rate"), d.v(k+"/p50", 1), d.v(k+"/p99", 1)})
+	for _, kind := range []string{"xdpfab", "udp"} {
+		title := "xdpfab, one sharing domain"
+		if kind == "udp" {
+			title = "control: kernel UDP"
+		}
+		for _, n := range shareApps {
+			k := fmt.Sprintf("share/%s/%d", kind, n)
+			rows = append(rows, []string{title, fmt.Sprint(n), d.v(k+"/rate", 0), d.ratio(k+"/rate", "share/"+kind+"/1/rate"), d.v(k+"/p50", 1), d.v(k+"/p99", 1)})
+		}
 	}
-	d.table([]string{"applications", "aggregate round trips/s", "÷ one application", "per-application p50 µs (median)", "worst application's p99 µs"}, rows)
+	d.table([]string{"path", "applications", "aggregate round trips/s", "÷ one application", "per-application p50 µs (median)", "worst application's p99 µs"}, rows)
 	d.notes("share")
 }

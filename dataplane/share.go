@@ -474,9 +474,22 @@ func (b *ShareBlock) Complete(slot int, s *Socket, out []uint64) int {
 	if n == len(out) || s == nil || s.q == nil || s.queue != b.cfg.FirstQueue {
 		return n
 	}
-	l := b.compLock(0)
-	b.lock(l, uint32(slot+1))
 	c := &s.q.comp
+	if c.consumer.Load() == c.producer.Load() {
+		return n // nothing to drain: no lock taken
+	}
+	// Whoever holds the lock drains the whole ring and leaves this slot's
+	// frames in its return ring: no need to wait for it, unless it is
+	// dead (then take the lock over).
+	l, me := b.compLock(0), uint32(slot+1)
+	if !l.state.CompareAndSwap(0, 1) {
+		if h := l.holder.Load(); h == 0 || h == agentHolder || b.alive(int(h)-1) {
+			return n
+		}
+		b.lock(l, me)
+	} else {
+		l.holder.Store(me)
+	}
 	c.cachedCons = c.consumer.Load()
 	avail := c.avail(c.size)
 	var i uint32
