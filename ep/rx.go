@@ -43,9 +43,10 @@ type recvOp struct {
 
 // frameRef is a received frame the endpoint still holds.
 type frameRef struct {
-	addr uint64 // descriptor address
-	len  uint32
-	q    int
+	addr  uint64 // descriptor address
+	len   uint32
+	q     int
+	claim any // FI_PEEK|FI_CLAIM's context: kept for its FI_CLAIM receive only
 }
 
 // RxContext is one receive context of an endpoint (fi_rx_context): Recv,
@@ -168,7 +169,8 @@ func (c *rxCtx) quiet(flags fi.Flags) bool {
 	return c.ep.attr.SelectiveCompletion&fi.Recv != 0 && flags&fi.Completion == 0
 }
 
-func (c *rxCtx) post(op recvOp, tagged bool) error {
+// check validates a receive before it is posted (or peeks).
+func (c *rxCtx) check(op recvOp, tagged bool) error {
 	e := c.ep
 	switch {
 	case e.closed.Load():
@@ -179,6 +181,14 @@ func (c *rxCtx) post(op recvOp, tagged bool) error {
 		return fmt.Errorf("ep recv: a source address needs FI_DIRECTED_RECV: %w", fi.EINVAL)
 	case op.multi && len(op.buf) < e.attr.MinMultiRecv:
 		return fmt.Errorf("ep recv: multi-receive buffer of %d bytes, below %d: %w", len(op.buf), e.attr.MinMultiRecv, fi.EINVAL)
+	}
+	return nil
+}
+
+func (c *rxCtx) post(op recvOp, tagged bool) error {
+	e := c.ep
+	if err := c.check(op, tagged); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -317,7 +327,7 @@ func (c *rxCtx) drainParked() error {
 			kept = append(kept, c.parked[i:]...)
 			break
 		}
-		if c.deliver(f) {
+		if f.claim == nil && c.deliver(f) {
 			n--
 		} else {
 			kept = append(kept, f)
@@ -334,41 +344,67 @@ func (c *rxCtx) drainParked() error {
 // completion into the open reservation. It returns false, keeping the
 // frame, when no receive matches.
 func (c *rxCtx) deliver(f frameRef) bool {
+	h, payload, comp, ok := c.frameMsg(f)
+	if !ok {
+		c.release(f) // cannot happen with our program; never hold it
+		return true
+	}
+	tagged := h.Op == wire.OpTagged
+	q := &c.msgs
+	if tagged {
+		q = &c.tagged
+	}
+	i := c.match(*q, tagged, h, comp.matchSrc, comp.known)
+	if i < 0 {
+		return false
+	}
+	c.fill(&(*q)[i], q, i, payload, &comp.Completion)
+	c.release(f)
+	return true
+}
+
+// msgComp is a message's completion before a receive is chosen for it,
+// with what matching needs.
+type msgComp struct {
+	cq.Completion
+	matchSrc fi.Addr // the fi_addr directed receives compare
+	known    bool
+}
+
+// frameMsg parses a frame the XDP program redirected: its header, its
+// payload and its completion's fields from the metadata (source, flags,
+// tag, CQ data). ok false: not a frame of this endpoint.
+func (c *rxCtx) frameMsg(f frameRef) (h wire.Hdr, payload []byte, comp msgComp, ok bool) {
 	u := c.ep.umem
 	pkt := u.Packet(dataplane.Desc{Addr: f.addr, Len: f.len})
 	m, ok := wire.ParseMeta(u.Meta(f.addr, wire.MetaLen))
-	var h wire.Hdr
 	if ok && m.EpID == c.ep.id && int(m.HdrOff)+wire.HdrLen+int(m.PayloadLen) <= len(pkt) {
 		h, ok = wire.ParseHdr(pkt[m.HdrOff:])
 	} else {
 		ok = false
 	}
 	if !ok {
-		c.release(f) // cannot happen with our program; never hold it
-		return true
+		return h, nil, comp, false
 	}
-	payload := pkt[int(m.HdrOff)+wire.HdrLen:][:m.PayloadLen]
-	known := m.Flags&wire.MetaKnown != 0
-	tagged := h.Op == wire.OpTagged
-	q := &c.msgs
-	if tagged {
-		q = &c.tagged
-	}
-	i := c.match(*q, tagged, h, fi.Addr(m.FiAddr), known)
-	if i < 0 {
-		return false
-	}
-	op := &(*q)[i]
-	comp := cq.Completion{Src: fi.Addr(m.FiAddr)}
+	payload = pkt[int(m.HdrOff)+wire.HdrLen:][:m.PayloadLen]
+	comp.known = m.Flags&wire.MetaKnown != 0
+	comp.matchSrc = fi.Addr(m.FiAddr)
+	comp.Src = fi.Addr(m.FiAddr)
 	if m.Flags&wire.MetaUserID != 0 {
 		comp.Src = fi.Addr(m.UserID)
 	}
-	if !known {
+	if !comp.known {
 		comp.Src, comp.SrcUnknown = fi.AddrNotAvail, true
 		comp.SrcRaw, _ = wire.AppendSourceSockaddr(c.raw[:0], pkt, m)
 	}
+	msgFlags(&comp.Completion, h)
+	return h, payload, comp, true
+}
+
+// msgFlags sets a received message's completion flags, tag and CQ data.
+func msgFlags(comp *cq.Completion, h wire.Hdr) {
 	comp.Flags = fi.Recv | fi.Msg
-	if tagged {
+	if h.Op == wire.OpTagged {
 		comp.Flags = fi.Recv | fi.Tagged
 		comp.Tag = h.Tag
 	}
@@ -376,6 +412,13 @@ func (c *rxCtx) deliver(f frameRef) bool {
 		comp.Flags |= fi.RemoteCQData
 		comp.Data = h.CQData
 	}
+}
+
+// fill copies payload into posted receive op (number i of queue q),
+// completes it (comp has the message's fields) and removes it unless it
+// is a multi-receive buffer with room left. The caller holds c.mu and a
+// CQ reservation.
+func (c *rxCtx) fill(op *recvOp, q *[]recvOp, i int, payload []byte, comp *cq.Completion) {
 	n := copy(op.buf[op.off:], payload)
 	comp.OpContext, comp.Len = op.ctx, n
 	if n < len(payload) {
@@ -389,12 +432,10 @@ func (c *rxCtx) deliver(f frameRef) bool {
 			comp.Flags |= fi.MultiRecv
 		}
 	}
-	c.complete(op, &comp)
+	c.complete(op, comp)
 	if done {
 		removeOp(q, i)
 	}
-	c.release(f)
-	return true
 }
 
 // removeOp removes posted receive i. The first is the common case (FIFO

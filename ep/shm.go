@@ -144,9 +144,10 @@ type shmRx struct {
 }
 
 type shmParked struct {
-	h    wire.Hdr
-	src  shmSrc
-	data []byte
+	h     wire.Hdr
+	src   shmSrc
+	data  []byte
+	claim any // FI_PEEK|FI_CLAIM's context, as frameRef.claim
 }
 
 // shmSrc is a message's source as the XDP program's metadata would give
@@ -755,7 +756,13 @@ func (c *rxCtx) deliverLocal(h wire.Hdr, payload []byte, src *shmSrc) bool {
 	if i < 0 {
 		return false
 	}
-	op := &(*q)[i]
+	comp := c.localComp(h, src)
+	c.fill(&(*q)[i], q, i, payload, &comp)
+	return true
+}
+
+// localComp is frameMsg's completion for a same-host message.
+func (c *rxCtx) localComp(h wire.Hdr, src *shmSrc) cq.Completion {
 	comp := cq.Completion{Src: src.fa}
 	if src.known && src.user {
 		comp.Src = src.uid
@@ -764,33 +771,8 @@ func (c *rxCtx) deliverLocal(h wire.Hdr, payload []byte, src *shmSrc) bool {
 		comp.Src, comp.SrcUnknown = fi.AddrNotAvail, true
 		comp.SrcRaw = fi.EncodeSockaddr(c.raw[:0], src.addr)
 	}
-	comp.Flags = fi.Recv | fi.Msg
-	if tagged {
-		comp.Flags = fi.Recv | fi.Tagged
-		comp.Tag = h.Tag
-	}
-	if h.Flags&wire.FlagCQData != 0 {
-		comp.Flags |= fi.RemoteCQData
-		comp.Data = h.CQData
-	}
-	n := copy(op.buf[op.off:], payload)
-	comp.OpContext, comp.Len = op.ctx, n
-	if n < len(payload) {
-		comp.Err, comp.OLen = fi.ETRUNC, len(payload)-n
-	}
-	done := true
-	if op.multi {
-		comp.Buf = op.buf[op.off : op.off+n]
-		op.off += n
-		if done = len(op.buf)-op.off < c.ep.attr.MinMultiRecv; done {
-			comp.Flags |= fi.MultiRecv
-		}
-	}
-	c.complete(op, &comp)
-	if done {
-		removeOp(q, i)
-	}
-	return true
+	msgFlags(&comp, h)
+	return comp
 }
 
 // park keeps a copy of a message no posted receive matches, for context
@@ -839,7 +821,7 @@ func (s *shmState) drainParked(c *rxCtx, ci int) {
 			kept = append(kept, p[i:]...)
 			break
 		}
-		if c.deliverLocal(p[i].h, p[i].data, &p[i].src) {
+		if p[i].claim == nil && c.deliverLocal(p[i].h, p[i].data, &p[i].src) {
 			n--
 			s.spare[ci] = append(s.spare[ci], p[i].data)
 		} else {
