@@ -28,6 +28,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil/jsonschema"
 	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
 )
 
 // shareReport is one phase of a TestShareChild process.
@@ -86,6 +87,17 @@ func TestShareChild(t *testing.T) {
 		return
 	}
 	out.Encode(rep) // opened
+	if os.Getenv("XDPFAB_SCRIBBLE") != "" {
+		// A hostile member of the domain: it writes garbage over the whole
+		// shared block (locks held by no one, marks, staging records,
+		// return rings), then exits without closing anything.
+		if err := scribbleShareBlock(); err != nil {
+			fail(err)
+			return
+		}
+		out.Encode(rep)
+		os.Exit(0)
+	}
 	if os.Getenv("XDPFAB_LEAK") != "" {
 		// A careless application: it progresses but never posts a
 		// receive, so every message it gets is parked, for ever.
@@ -142,6 +154,35 @@ func TestShareChild(t *testing.T) {
 	if err := e.Close(); err != nil {
 		fail(err)
 	}
+}
+
+// scribbleShareBlock finds the sharing domain's block among the process's
+// descriptors (a memfd named xdpfab-share) and fills it with garbage.
+func scribbleShareBlock() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		target, _ := os.Readlink("/proc/self/fd/" + ent.Name())
+		if !strings.Contains(target, "xdpfab-share") {
+			continue
+		}
+		fd, _ := strconv.Atoi(ent.Name())
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return err
+		}
+		for i := 64; i < len(mem); i++ { // past the header: that is checked at attach only
+			mem[i] = byte(0xA5 ^ i)
+		}
+		return nil
+	}
+	return errors.New("no xdpfab-share memfd among the descriptors")
 }
 
 // shareChild is a running TestShareChild process.
@@ -501,6 +542,25 @@ func TestAppsOwnQueues(t *testing.T) {
 	b.play(500)
 	a.checkPhase(t, 500)
 	b.checkPhase(t, 500)
+
+	// A hostile member of uid 65534's domain writes garbage over its
+	// shared block and exits: the agent takes its endpoint back without
+	// hanging or crashing, and the other domain (its own memory) carries
+	// on untouched.
+	evil := n.shareChild(t, 65534, netip.AddrPortFrom(n.bed.A.IPv4, 7150), 0, 1, 0, "XDPFAB_SCRIBBLE=1")
+	evil.opened(t)
+	if r := evil.report(t); r.Err != "" {
+		t.Fatalf("scribbler: %s", r.Err)
+	}
+	evil.cmd.Wait()
+	b.play(500)
+	b.checkPhase(t, 500)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(n.logs.String(), "local="+evil.local.String()+" frames="); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the scribbler's endpoint was not taken back:\n%s", grepLines(n.logs.String(), "reclaim"))
+		}
+	}
+	n.status(t) // the agent still answers
 	third := n.shareChild(t, 1000, netip.AddrPortFrom(n.bed.A.IPv4, 7300), 0, 0, 0)
 	if r := third.report(t); fi.Errno(r.Errno) != fi.EBUSY || !strings.Contains(r.Err, "free queues: none") {
 		t.Errorf("a third domain asking for every queue: %q", r.Err)
