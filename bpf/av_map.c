@@ -5,7 +5,7 @@
  *
  * For every UDP datagram addressed to a local xdpfab endpoint (xdpfab_ep),
  * translate its source (address, port) through the endpoint's address vector
- * (xdpfab_av) into an fi_addr and user id, write them in front of the frame
+ * (its table in xdpfab_avtab: av_find) into an fi_addr and user id, write them in front of the frame
  * as struct rx_meta, and redirect the frame to the endpoint's AF_XDP
  * socket, once it passed the checks the kernel makes before delivering a
  * datagram (IP header, lengths, checksums: xdpfab_parse.h). A datagram
@@ -26,6 +26,132 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * counter index is a __u32 map key). This declaration does, in a section
  * the loader ignores: it is never loaded. */
 const enum counter *xdpfab_btf_counter __attribute__((unused)) SEC(".xdpfab.btf");
+/* Likewise the AV table's types: xdpfab_avtab's inner map definition
+ * (struct av_table) and its value (struct av_line), referenced only through
+ * pointers, which clang would describe as forward declarations the loader
+ * cannot size, and the structs only Go uses (bpf2go -type). */
+struct xdpfab_btf_types {
+	struct av_table table;
+	struct av_line line;
+	struct av_hdr hdr;
+	struct av_aux aux;
+	struct av_key key;
+	struct av_val val;
+} xdpfab_btf_types __attribute__((unused)) SEC(".xdpfab.btf");
+
+/* Reads of memory user space writes concurrently (the AV table): the
+ * compiler must neither cache nor reorder them across a barrier. */
+#define READ_ONCE32(x) (*(volatile __u32 *)&(x))
+#define barrier() asm volatile("" ::: "memory")
+
+/* What av_find found for a source. */
+struct av_found {
+	__u64 user_id;
+	__u32 fi_addr;
+	__u32 auth_key;
+	__u8 flags;
+};
+
+/* av_hash: the seeded hash of a source (its address as two 64-bit words,
+ * port and family as a third), the same as Go's bpf.AVHash. */
+static __always_inline __u64 av_mix(__u64 h, __u64 w)
+{
+	h ^= w;
+	h *= 0x9e3779b97f4a7c15ULL;
+	return h ^ (h >> 32);
+}
+
+/* av_slot_read reads one slot under its sequence number (a seqlock read):
+ * 1 and *out when it holds the source (w0, w1, w2), else 0.
+ *
+ * Memory ordering: the slot's fields (and for FI_AV_USER_ID entries the
+ * index's user_id in its aux line) are read between two reads of seq, and
+ * the result counts only when both saw the same even value: Go bumps seq to
+ * odd before it changes any of them and to even after (loader/avtable.go),
+ * with atomic read-modify-writes (full barriers on every architecture Go
+ * supports). The barrier() calls keep the compiler from moving the loads
+ * across the seq reads; the CPU must not either: x86-64 (TSO) keeps loads
+ * in program order, which is what xdpfab builds for (docs/platform.md). A
+ * weakly ordered CPU (arm64) would need load-acquire reads of seq
+ * (BPF_LOAD_ACQ: LLVM 21 and Linux 6.15), which clang-14 cannot emit.
+ *
+ * A slot that keeps changing over XDPFAB_AV_RETRY reads counts as not
+ * holding the source: the frame is reported unknown, never attributed to
+ * another entry. */
+static __always_inline int av_slot_read(void *tab, __u32 nb, struct av_slot *s,
+					__u64 w0, __u64 w1, __u32 w2, struct av_found *out)
+{
+	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
+		__u32 seq = READ_ONCE32(s->seq);
+		barrier();
+		if (seq & 1)
+			continue;
+		__u64 *a = (__u64 *)s->addr;
+		__u32 pf = *(__u32 *)&s->port;
+		int hit = a[0] == w0 && a[1] == w1 && (pf & 0x00ffffff) == w2;
+		if (hit) {
+			out->fi_addr = s->fi_addr;
+			out->auth_key = s->auth_key;
+			out->flags = s->flags;
+			out->user_id = ~0ULL;
+			if (out->flags & XDPFAB_AVF_USER_ID) {
+				__u32 idx = out->fi_addr;
+				__u32 line = 1 + nb + idx / 4;
+				struct av_aux *aux = bpf_map_lookup_elem(tab, &line);
+				if (!aux)
+					return 0;
+				out->user_id = aux[idx & 3].user_id;
+			}
+		}
+		barrier();
+		if (READ_ONCE32(s->seq) == seq)
+			return hit;
+	}
+	return 0;
+}
+
+/* av_find looks src up in AV av_id's table: 1 and *out when found. The
+ * source's two buckets are two cache lines whose addresses are known up
+ * front (no dependent miss); most sources live in the first. A miss while
+ * the table's move count changed (an insert moving entries between their
+ * buckets) looks again. */
+static __always_inline int av_find(__u32 av_id, struct udp_addr *src, struct av_found *out)
+{
+	void *tab = bpf_map_lookup_elem(&xdpfab_avtab, &av_id);
+	if (!tab)
+		return 0;
+	__u32 zero = 0;
+	struct av_hdr *h = bpf_map_lookup_elem(tab, &zero);
+	if (!h)
+		return 0;
+	__u32 nb = h->nbuckets;
+	if (!nb)
+		return 0;
+	__u64 w0 = *(__u64 *)&src->addr[0], w1 = *(__u64 *)&src->addr[8];
+	__u32 w2 = (__u32)src->port | (__u32)src->family << 16;
+	__u64 x = av_mix(av_mix(av_mix(h->seed, w0), w1), w2);
+	__u32 l1 = 1 + (__u32)(((x & 0xffffffff) * (__u64)nb) >> 32);
+	__u32 l2 = 1 + (__u32)(((x >> 32) * (__u64)nb) >> 32);
+	if (l2 == l1)
+		l2 = l1 == nb ? 1 : l1 + 1;
+	struct av_line *b1 = bpf_map_lookup_elem(tab, &l1);
+	struct av_line *b2 = bpf_map_lookup_elem(tab, &l2);
+	if (!b1 || !b2)
+		return 0;
+	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
+		__u32 moves = READ_ONCE32(h->moves);
+		barrier();
+		if (av_slot_read(tab, nb, &b1->slot[0], w0, w1, w2, out) ||
+		    av_slot_read(tab, nb, &b1->slot[1], w0, w1, w2, out) ||
+		    av_slot_read(tab, nb, &b2->slot[0], w0, w1, w2, out) ||
+		    av_slot_read(tab, nb, &b2->slot[1], w0, w1, w2, out))
+			return 1;
+		barrier();
+		if (!(moves & 1) && READ_ONCE32(h->moves) == moves)
+			return 0;
+	}
+	return 0;
+}
 
 /* cbase is this frame's counter row: ingress ifindex * STAT_MAX. */
 #define count(idx, verdict) count_at(cbase + (idx), verdict)
@@ -45,9 +171,7 @@ int xdpfab_rx(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	struct udp_packet pkt = {};
 	struct ep_key ek = {};
-	struct av_key ak = {};
 	struct ep_val *ep;
-	struct av_val *av;
 	__u32 cbase = ctx->ingress_ifindex;
 
 	if (cbase >= XDPFAB_IFINDEX_SLOTS)
@@ -92,22 +216,21 @@ int xdpfab_rx(struct xdp_md *ctx)
 	/* 5. The source in the endpoint's AV. An endpoint enabled with an auth
 	 * key knows only peers bound to that key that also carry it on the
 	 * wire. */
-	ak.av_id = ep->av_id;
-	ak.src = pkt.src;
-	av = ak.av_id ? bpf_map_lookup_elem(&xdpfab_av, &ak) : NULL;
-	if (av && ep->auth_key &&
-	    (av->auth_key != ep->auth_key || hdr->auth_key != bpf_htonl(ep->auth_key)))
-		av = NULL;
+	struct av_found av = {};
+	int known = ep->av_id ? av_find(ep->av_id, &pkt.src, &av) : 0;
+	if (known && ep->auth_key &&
+	    (av.auth_key != ep->auth_key || hdr->auth_key != bpf_htonl(ep->auth_key)))
+		known = 0;
 
 	/* 6. Unknown sources follow the endpoint's policy. */
 	__u16 mflags = 0;
 	__u64 fi_addr = ~0ULL, user_id = ~0ULL;
-	if (av) {
+	if (known) {
 		mflags = XDPFAB_META_KNOWN;
-		if (av->flags & XDPFAB_AVF_USER_ID)
+		if (av.flags & XDPFAB_AVF_USER_ID)
 			mflags |= XDPFAB_META_USER_ID;
-		fi_addr = av->fi_addr;
-		user_id = av->user_id;
+		fi_addr = av.fi_addr;
+		user_id = av.user_id;
 	} else if (ep->policy == UNKNOWN_DROP) {
 		return count(STAT_DROP_POLICY, XDP_DROP);
 	} else if (ep->policy == UNKNOWN_SOURCE_ERR) {
@@ -140,7 +263,7 @@ int xdpfab_rx(struct xdp_md *ctx)
 	meta->l3_off = l3_off;
 	meta->hdr_off = hdr_off;
 	meta->payload_len = payload_len;
-	meta->family = ak.src.family;
+	meta->family = pkt.src.family;
 	meta->version = XDPFAB_META_VERSION;
 	meta->rx_ctx = rx_ctx;
 	meta->pad = 0;
@@ -149,5 +272,5 @@ int xdpfab_rx(struct xdp_md *ctx)
 	long act = bpf_redirect_map(&xdpfab_xsks, slot, XDP_DROP);
 	if (act != XDP_REDIRECT)
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
-	return count(av ? STAT_TRANSLATED : STAT_UNKNOWN, XDP_REDIRECT);
+	return count(known ? STAT_TRANSLATED : STAT_UNKNOWN, XDP_REDIRECT);
 }

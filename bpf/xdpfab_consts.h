@@ -55,8 +55,12 @@ enum policy {
 #define XDPFAB_META_USER_ID 0x0004    /* report user_id in place of fi_addr */
 #define XDPFAB_META_VERSION 1
 
-/* av_val.flags / rev_val.flags */
+/* av_slot.flags / av_val.flags */
 #define XDPFAB_AVF_USER_ID 0x0001 /* completions report user_id */
+
+/* AV tables (struct av_hdr, struct av_slot). */
+#define XDPFAB_AV_MAGIC 0x54564158 /* "XAVT" little endian */
+#define XDPFAB_AV_RETRY 4          /* reads of a slot, or of both buckets, that change meanwhile */
 
 /* The UDP checksum is verified over at most this many 512-byte chunks
  * (bpf_csum_diff's limit per call) plus a shorter tail: UDP lengths up to
