@@ -42,8 +42,14 @@ type AV struct {
 	eq     *EventQueue
 	closed bool
 	grown  int // tables this handle replaced (growth, rebuilds)
+	// Remove's scratch space for long lists, kept between calls.
+	rmAt     map[uint32]int
+	rmCounts []count
 
 	bound atomic.Int32 // endpoints bound
+
+	// What lock took, for unlock (guarded by rw).
+	dpUnlock, unlockFn func()
 
 	// rw guards the cache against Resolve, which takes only its read side.
 	// Every other method holds it for writing together with the dataplane
@@ -56,17 +62,25 @@ type AV struct {
 func (a *AV) lock() (unlock func()) {
 	dpUnlock := a.dp.Lock()
 	a.rw.Lock()
-	return func() {
-		a.rw.Unlock()
-		dpUnlock()
+	a.dpUnlock = dpUnlock
+	if a.unlockFn == nil {
+		a.unlockFn = a.unlock // one method value, not a closure per call
 	}
+	return a.unlockFn
+}
+
+func (a *AV) unlock() {
+	dpUnlock := a.dpUnlock
+	a.dpUnlock = nil
+	a.rw.Unlock()
+	dpUnlock()
 }
 
 // Resolve returns the address at index fa for the transmit path: a read of
 // the AV's table under a read lock, with no system call. Another process's
 // change to a named AV is seen at once, unless it replaced the table
-// (growth): then from this process's next other AV call on, which re-opens
-// it.
+// (growth), or this process reads a copy of the table: then from this
+// process's next other AV call on, which re-opens or re-reads it.
 func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
 	if a == nil || a.dp == nil {
 		return netip.AddrPort{}, false

@@ -37,7 +37,13 @@ func (a *AV) Insert(addrs []netip.AddrPort, fiAddr []fi.Addr, flags fi.Flags, ct
 	if err := a.usable("av insert"); err != nil {
 		return 0, err
 	}
-	srcs := make([]source, len(addrs))
+	var small [8]source
+	var srcs []source
+	if len(addrs) <= len(small) {
+		srcs = small[:len(addrs)]
+	} else {
+		srcs = make([]source, len(addrs))
+	}
 	for i, ap := range addrs {
 		srcs[i].ap = ap
 	}
@@ -84,9 +90,21 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 	if err := a.begin(true); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	errnos := make([]fi.Errno, len(srcs))
+	var small [8]fi.Errno
+	var errnos []fi.Errno
+	if len(srcs) <= len(small) {
+		errnos = small[:len(srcs)]
+	} else {
+		errnos = make([]fi.Errno, len(srcs))
+	}
 	changed := false
 	for i, s := range srcs {
+		// Start loading the buckets of a source a few ahead: their cache
+		// misses overlap this one's.
+		if j := i + touchAhead; j < len(srcs) && srcs[j].err == nil && srcs[j].ap.IsValid() {
+			addr := bpf.MakeAddr(srcs[j].ap)
+			a.tab.Touch(&addr)
+		}
 		var in fi.Addr
 		if fiAddr != nil {
 			in = fiAddr[i]
@@ -108,6 +126,10 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 	}
 	return a.report(op, errnos, status, ctx, nil)
 }
+
+// touchAhead is how far ahead of the address it inserts a batch insert
+// touches the table (avtab.Table.Touch).
+const touchAhead = 4
 
 // checkInsert validates the call as a whole; it changes nothing.
 func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {
@@ -178,7 +200,9 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		userID = uint64(in)
 	}
 
-	if pos, slot, ok := a.tab.Find(&addr); ok {
+	probe, pos, ok := a.tab.Locate(&addr)
+	if ok {
+		slot := a.tab.Slot(pos)
 		idx := slot.FiAddr
 		uid, _, refcnt := a.tab.Aux(idx)
 		if slot.AuthKey != keyVal {
@@ -205,7 +229,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		a.dp.ReleaseAVEntries(1)
 		return 0, fi.ENOSPC
 	}
-	if err := a.place(&addr, idx, userID, eflags, keyVal); err != nil {
+	if err := a.place(&probe, idx, userID, eflags, keyVal); err != nil {
 		if fromFree {
 			a.free.push(idx)
 		}
@@ -221,11 +245,11 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 // place writes a new entry, first growing the table when idx is beyond
 // its capacity, or rebuilding it when no slot could be freed for the
 // source (a new seed; from the second time on, twice the size).
-func (a *AV) place(addr *bpf.Addr, idx uint32, userID uint64, flags uint8, keyVal uint32) error {
+func (a *AV) place(probe *avtab.Probe, idx uint32, userID uint64, flags uint8, keyVal uint32) error {
 	for attempt := 0; ; attempt++ {
 		t := a.tab
 		if idx < t.Cap() {
-			_, err := t.Place(addr, idx, userID, flags, keyVal)
+			_, err := t.PlaceAt(probe, idx, userID, flags, keyVal)
 			if !errors.Is(err, avtab.ErrTableFull) {
 				return err
 			}
@@ -233,7 +257,7 @@ func (a *AV) place(addr *bpf.Addr, idx uint32, userID uint64, flags uint8, keyVa
 		capa := t.Cap()
 		switch {
 		case attempt >= 4:
-			return fmt.Errorf("no slot for %v after %d table rebuilds: %w", addr.AddrPort(), attempt, fi.ENOSPC)
+			return fmt.Errorf("no slot for %v after %d table rebuilds: %w", probe.Addr().AddrPort(), attempt, fi.ENOSPC)
 		case idx >= capa:
 			capa = max(2*capa, idx+1)
 		case attempt > 0:
@@ -242,6 +266,9 @@ func (a *AV) place(addr *bpf.Addr, idx uint32, userID uint64, flags uint8, keyVa
 		if err := a.rebuild(capa); err != nil {
 			return err
 		}
+		// The new table has another seed: the source's buckets moved.
+		src := probe.Addr()
+		*probe, _, _ = a.tab.Locate(&src)
 	}
 }
 

@@ -26,9 +26,17 @@ func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
 }
 
 // LookupAddr returns the address at fiAddr.
+//
+// It reads the AV's table under the AV's read lock, with no system call
+// and no allocation, unless the table was replaced by another process
+// (growth) or this process holds a copy of it (a reader that could open
+// it read-only only): then it takes the AV's locks and re-reads first.
 func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
 	if err := a.usable("av lookup"); err != nil {
 		return netip.AddrPort{}, err
+	}
+	if ap, ok := a.fastAddr(fiAddr); ok {
+		return ap, nil
 	}
 	unlock := a.lock()
 	defer unlock()
@@ -44,6 +52,26 @@ func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("av lookup: fi_addr %v is being changed by another process: %w", fiAddr, fi.EAGAIN)
 	}
 	return addr.AddrPort(), nil
+}
+
+// fastAddr reads the address at fa straight from a mapped, current table;
+// false sends the caller the locked way (which also reports errors).
+func (a *AV) fastAddr(fa fi.Addr) (netip.AddrPort, bool) {
+	a.rw.RLock()
+	defer a.rw.RUnlock()
+	t := a.tab
+	if a.closed || t == nil || t.Copied() || t.Retired() {
+		return netip.AddrPort{}, false
+	}
+	idx, ok := a.index(fa)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	addr, ok := t.Addr(idx)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return addr.AddrPort(), true
 }
 
 func (a *AV) encode(dst []byte, ap netip.AddrPort) []byte {

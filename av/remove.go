@@ -32,41 +32,38 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 
 	// Count removes per index first, so a duplicate fi_addr in one call
 	// removes one reference each and fails once none are left.
-	var order []uint32
-	dec := make(map[uint32]uint32, len(fiAddr))
-	failed, first := 0, -1
-	for i, fa := range fiAddr {
-		idx, ok := a.index(fa)
-		if ok {
-			if _, _, refcnt := a.tab.Aux(idx); refcnt > dec[idx] {
-				if dec[idx] == 0 {
-					order = append(order, idx)
-				}
-				dec[idx]++
-				continue
-			}
+	// (A short list is counted without a map and without allocating; a
+	// long one in scratch space the AV keeps.)
+	var counts []count
+	var failed, first int
+	if len(fiAddr) <= 8 {
+		var small [8]count
+		counts, failed, first = a.countRemoves(fiAddr, small[:0], nil)
+	} else {
+		if a.rmAt == nil {
+			a.rmAt = map[uint32]int{}
 		}
-		failed++
-		if first < 0 {
-			first = i
-		}
+		long, f, fst := a.countRemoves(fiAddr, a.rmCounts[:0], a.rmAt)
+		clear(a.rmAt)
+		a.rmCounts = long[:0]
+		counts, failed, first = long, f, fst
 	}
 
 	// The slot first: XDP stops translating before the index is free
 	// for reuse.
 	freed := 0
-	for _, idx := range order {
-		_, pos, refcnt := a.tab.Aux(idx)
-		if refcnt > dec[idx] {
-			a.tab.SetRefcnt(idx, refcnt-dec[idx])
+	for _, c := range counts {
+		_, pos, refcnt := a.tab.Aux(c.idx)
+		if refcnt > c.n {
+			a.tab.SetRefcnt(c.idx, refcnt-c.n)
 			continue
 		}
 		a.tab.Remove(pos)
-		a.free.push(idx)
+		a.free.push(c.idx)
 		freed++
 	}
 	a.dp.ReleaseAVEntries(freed)
-	if len(order) == 0 {
+	if len(counts) == 0 {
 		// Nothing changed: other processes need not re-read the AV.
 	} else if err := a.commit(); err != nil {
 		return fmt.Errorf("av remove: %w", err)
@@ -76,6 +73,55 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 			failed, len(fiAddr), first, fiAddr[first], fi.EINVAL)
 	}
 	return nil
+}
+
+// count is how many references a Remove call takes from an index.
+type count struct{ idx, n uint32 }
+
+// countRemoves counts the references fiAddr takes from each index, in
+// counts (at, when not nil, maps an index to its position there), and
+// returns them with the number of elements that name no reference left
+// and the position of the first.
+func (a *AV) countRemoves(fiAddr []fi.Addr, counts []count, at map[uint32]int) ([]count, int, int) {
+	failed, first := 0, -1
+	for i, fa := range fiAddr {
+		idx, ok := a.index(fa)
+		if ok {
+			k := -1
+			if at != nil {
+				if v, ok := at[idx]; ok {
+					k = v
+				}
+			} else {
+				for j := range counts {
+					if counts[j].idx == idx {
+						k = j
+						break
+					}
+				}
+			}
+			var n uint32
+			if k >= 0 {
+				n = counts[k].n
+			}
+			if _, _, refcnt := a.tab.Aux(idx); refcnt > n {
+				if k < 0 {
+					k = len(counts)
+					counts = append(counts, count{idx: idx})
+					if at != nil {
+						at[idx] = k
+					}
+				}
+				counts[k].n++
+				continue
+			}
+		}
+		failed++
+		if first < 0 {
+			first = i
+		}
+	}
+	return counts, failed, first
 }
 
 // index returns the in-use index fa names.

@@ -138,6 +138,10 @@ static __always_inline int av_find(__u32 av_id, struct udp_addr *src, struct av_
 	struct av_line *b2 = bpf_map_lookup_elem(tab, &l2);
 	if (!b1 || !b2)
 		return 0;
+	/* Touch the second line now: its miss overlaps the first's instead of
+	 * following it when the source is not in the first bucket. */
+	__u32 pre = READ_ONCE32(b2->slot[0].seq);
+	(void)pre;
 	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
 		__u32 moves = READ_ONCE32(h->moves);
 		barrier();

@@ -61,11 +61,13 @@ type Objects struct {
 	// receive on (local.go); only writers open it.
 	Local *ebpf.Map
 
-	cfg     Config
-	pinned  bool
-	mu      sync.Mutex // serialises users of lockDir within the process
-	lockDir *os.File   // the pin root, flock'ed for cross-process changes
-	pool    int        // AV entries reserved by this process, unused (capacity.go)
+	cfg    Config
+	pinned bool
+	mu     sync.Mutex // serialises users of lockDir within the process
+	// unlockFn is Lock's result, made once (guarded by mu).
+	unlockFn func()
+	lockDir  *os.File // the pin root, flock'ed for cross-process changes
+	pool     int      // AV entries reserved by this process, unused (capacity.go)
 	// Handed-over AV tables (FromFDs) by AV id, and where to fetch new
 	// ones (SetTableSource); guarded by tabMu.
 	fromFDs     bool
@@ -287,12 +289,17 @@ func (d *Objects) Lock() (unlock func()) {
 			}
 		}
 	}
-	return func() {
-		if d.lockDir != nil {
-			_ = unix.Flock(int(d.lockDir.Fd()), unix.LOCK_UN)
-		}
-		d.mu.Unlock()
+	if d.unlockFn == nil {
+		d.unlockFn = d.unlock // one method value, not a closure per call
 	}
+	return d.unlockFn
+}
+
+func (d *Objects) unlock() {
+	if d.lockDir != nil {
+		_ = unix.Flock(int(d.lockDir.Fd()), unix.LOCK_UN)
+	}
+	d.mu.Unlock()
 }
 
 // Counters returns the program's counters summed over CPUs and

@@ -43,6 +43,7 @@ type Table struct {
 	hdr   *bpf.AVHdr
 	slots []bpf.AVSlot // 2 * nbuckets
 	aux   []bpf.AVAux  // cap
+	sink  uint32       // Touch's loads end here
 }
 
 // Lines returns the geometry of a table for capacity indices
@@ -275,42 +276,98 @@ func (t *Table) Find(src *bpf.Addr) (pos uint32, s bpf.AVSlot, ok bool) {
 // bigger).
 var ErrTableFull = errors.New("AV table: no free slot for the source")
 
+// Probe is where a source may live: its two buckets. Writers compute it
+// once per insert (Locate) and pass it on to PlaceAt.
+type Probe struct {
+	src    bpf.Addr
+	b1, b2 uint32
+}
+
+// Addr is the probe's source.
+func (p *Probe) Addr() bpf.Addr { return p.src }
+
+// Locate finds src for a writer (the caller holds the dataplane lock, so
+// no slot changes meanwhile: plain reads, no sequence numbers): the slot
+// holding it, or found false and where it may go (PlaceAt).
+func (t *Table) Locate(src *bpf.Addr) (p Probe, pos uint32, found bool) {
+	p.src = *src
+	if len(t.slots) == 0 {
+		return p, 0, false
+	}
+	p.b1, p.b2 = t.buckets(src)
+	for _, q := range [4]uint32{2 * p.b1, 2*p.b1 + 1, 2 * p.b2, 2*p.b2 + 1} {
+		s := &t.slots[q]
+		if s.Family == src.Family && s.Family != 0 && s.Port == src.Port && s.Addr == src.Addr {
+			return p, q, true
+		}
+	}
+	return p, 0, false
+}
+
+// Touch starts loading src's two buckets into the cache, for a writer
+// about to insert it: a batch touches the sources ahead of the one it
+// inserts, so that their cache misses overlap.
+func (t *Table) Touch(src *bpf.Addr) {
+	if len(t.slots) == 0 {
+		return
+	}
+	b1, b2 := t.buckets(src)
+	t.sink += atomic.LoadUint32(&t.slots[2*b1].Seq) + atomic.LoadUint32(&t.slots[2*b2].Seq)
+}
+
+// Slot returns slot pos's contents for a writer (plain reads; the caller
+// holds the dataplane lock).
+func (t *Table) Slot(pos uint32) bpf.AVSlot {
+	if pos >= uint32(len(t.slots)) {
+		return bpf.AVSlot{}
+	}
+	return t.slots[pos]
+}
+
 // Place writes a new entry: src at index idx, with userID in the index's
-// entry. The caller holds Lock, checked src is not in the table (Find),
-// and idx is below Cap and free. The index's entry is written before the
-// slot becomes visible, both under the slot's sequence number. When both
-// of src's buckets are full, entries move to their other bucket to make
-// room (cuckoo hashing, along the shortest path found): each is written to
-// its new slot before its old one is freed, all under the header's move
-// count, so that no lookup misses an entry for good.
+// entry (Locate then PlaceAt).
 func (t *Table) Place(src *bpf.Addr, idx uint32, userID uint64, flags uint8, authKey uint32) (uint32, error) {
-	if t.ro {
+	p, _, _ := t.Locate(src)
+	return t.PlaceAt(&p, idx, userID, flags, authKey)
+}
+
+// PlaceAt writes a new entry: p's source at index idx, with userID in the
+// index's entry. The caller holds the dataplane lock, found the source
+// absent (Locate gave p), and idx is below Cap and free. The index's entry
+// is written before the slot becomes visible, both under the slot's
+// sequence number. When both of the source's buckets are full, entries move
+// to their other bucket to make room (cuckoo hashing, along the shortest
+// path found): each is written to its new slot before its old one is
+// freed, all under the header's move count, so that no lookup misses an
+// entry for good.
+func (t *Table) PlaceAt(p *Probe, idx uint32, userID uint64, flags uint8, authKey uint32) (uint32, error) {
+	if t.ro || t.hdr == nil {
 		return 0, fmt.Errorf("AV table: mapped read-only: %w", fi.EACCES)
 	}
 	if idx >= uint32(len(t.aux)) {
 		return 0, fmt.Errorf("AV table: index %d beyond capacity %d: %w", idx, len(t.aux), fi.ENOSPC)
 	}
-	b1, b2 := t.buckets(src)
-	p, ok := t.freeSlot(b1, b2)
+	pos, ok := t.freeSlot(p.b1, p.b2)
 	if !ok {
 		return 0, ErrTableFull
 	}
 	x := &t.aux[idx]
-	s := &t.slots[p]
+	s := &t.slots[pos]
+	src := &p.src
 	atomic.AddUint32(&s.Seq, 1) // odd: XDP and readers skip the slot
 	atomic.StoreUint64(&x.UserId, userID)
-	atomic.StoreUint32(&x.Slot, p)
+	atomic.StoreUint32(&x.Slot, pos)
 	atomic.StoreUint32(&x.Refcnt, 1)
 	s.FiAddr, s.Addr, s.Port, s.Flags, s.AuthKey = idx, src.Addr, src.Port, flags, authKey
 	s.Family = src.Family
 	atomic.AddUint32(&s.Seq, 1) // even: the new entry
 	t.hdr.Live++
-	return p, nil
+	return pos, nil
 }
 
 // maxPath bounds the breadth-first search for a free slot (buckets
 // visited): at the table's highest load (5/8) the path is a few moves.
-const maxPath = 1024
+const maxPath = 256
 
 // freeSlot returns a free slot in bucket b1 or b2, moving entries to make
 // one if need be.
@@ -327,8 +384,16 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 		parent int
 		from   uint32 // slot of the parent's bucket whose entry moves here
 	}
-	queue := []node{{b1, -1, 0}, {b2, -1, 0}}
-	seen := map[uint32]bool{b1: true, b2: true}
+	queue := make([]node, 2, 16)
+	queue[0], queue[1] = node{b1, -1, 0}, node{b2, -1, 0}
+	seen := func(b uint32) bool {
+		for _, n := range queue {
+			if n.bucket == b {
+				return true
+			}
+		}
+		return false
+	}
 	for i := 0; i < len(queue) && i < maxPath; i++ {
 		n := queue[i]
 		for j := range uint32(2) {
@@ -340,10 +405,9 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 			if alt == n.bucket {
 				alt = a2
 			}
-			if seen[alt] {
+			if seen(alt) {
 				continue
 			}
-			seen[alt] = true
 			queue = append(queue, node{alt, i, p})
 			for k := range uint32(2) {
 				if free := 2*alt + k; t.slots[free].Family == 0 {
