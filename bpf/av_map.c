@@ -52,8 +52,8 @@ struct av_found {
 	__u8 flags;
 };
 
-/* av_hash: the seeded hash of a source (its address as two 64-bit words,
- * port and family as a third), the same as Go's bpf.AVHash. */
+/* av_hash: the seeded hash of a source (its address as two 64-bit words in
+ * host order, port and family as a third), the same as Go's bpf.AVHash. */
 static __always_inline __u64 av_mix(__u64 h, __u64 w)
 {
 	h ^= w;
@@ -61,62 +61,65 @@ static __always_inline __u64 av_mix(__u64 h, __u64 w)
 	return h ^ (h >> 32);
 }
 
-/* av_slot_read reads one slot under its sequence number (a seqlock read):
- * 1 and *out when it holds the source (w0, w1, w2), else 0.
- *
- * Memory ordering: the slot's fields (and for FI_AV_USER_ID entries the
- * index's user_id in its aux line) are read between two reads of seq, and
- * the result counts only when both saw the same even value: Go bumps seq to
- * odd before it changes any of them and to even after (loader/avtable.go),
- * with atomic read-modify-writes (full barriers on every architecture Go
- * supports). The barrier() calls keep the compiler from moving the loads
- * across the seq reads; the CPU must not either: x86-64 (TSO) keeps loads
- * in program order, which is what xdpfab builds for (docs/platform.md). A
- * weakly ordered CPU (arm64) would need load-acquire reads of seq
- * (BPF_LOAD_ACQ: LLVM 21 and Linux 6.15), which clang-14 cannot emit.
- *
- * A slot that keeps changing over XDPFAB_AV_RETRY reads counts as not
- * holding the source: the frame is reported unknown, never attributed to
- * another entry. */
-static __always_inline int av_slot_read(void *tab, __u32 nb, struct av_slot *s,
-					__u64 w0, __u64 w1, __u32 w2, struct av_found *out)
+/* av_eqmask: all ones when slot s holds the source (w0, w1, w2), else 0,
+ * without a branch. The verifier walks every branch of the program, and
+ * branches that only compute a 0 or 1 multiply its paths (the lookup of
+ * four slots, retried, would take it close to its limit); arithmetic does
+ * not. OPAQUE keeps clang from turning the arithmetic back into a compare. */
+#define OPAQUE(x) asm volatile("" : "+r"(x))
+
+static __always_inline __u64 av_eqmask(struct av_slot *s, __u64 w0, __u64 w1, __u64 w2)
 {
-	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
-		__u32 seq = READ_ONCE32(s->seq);
-		barrier();
-		if (seq & 1)
-			continue;
-		__u64 *a = (__u64 *)s->addr;
-		__u32 pf = *(__u32 *)&s->port;
-		int hit = a[0] == w0 && a[1] == w1 && (pf & 0x00ffffff) == w2;
-		if (hit) {
-			out->fi_addr = s->fi_addr;
-			out->auth_key = s->auth_key;
-			out->flags = s->flags;
-			out->user_id = ~0ULL;
-			if (out->flags & XDPFAB_AVF_USER_ID) {
-				__u32 idx = out->fi_addr;
-				__u32 line = 1 + nb + idx / 4;
-				struct av_aux *aux = bpf_map_lookup_elem(tab, &line);
-				if (!aux)
-					return 0;
-				out->user_id = aux[idx & 3].user_id;
-			}
-		}
-		barrier();
-		if (READ_ONCE32(s->seq) == seq)
-			return hit;
-	}
-	return 0;
+	__u64 *a = (__u64 *)s->addr;
+	__u64 pf = *(__u32 *)&s->port;
+	__u64 x = (a[0] ^ w0) | (a[1] ^ w1) | ((pf ^ w2) & 0x00ffffff);
+	__u64 nz = x | -x;
+	OPAQUE(nz);
+	return (nz >> 63) - 1;
 }
 
-/* av_find looks src up in AV av_id's table: 1 and *out when found. The
- * source's two buckets are two cache lines whose addresses are known up
- * front (no dependent miss); most sources live in the first. A miss while
- * the table's move count changed (an insert moving entries between their
- * buckets) looks again. */
-static __always_inline int av_find(__u32 av_id, struct udp_addr *src, struct av_found *out)
+/* av_stable: all ones when a slot's sequence number read before (q) and
+ * after (e) its fields was the same even value, else 0; no branch. */
+static __always_inline __u64 av_stable(__u64 q, __u64 e)
 {
+	__u64 bad = (q ^ e) | (q & 1);
+	__u64 nz = bad | -bad;
+	OPAQUE(nz);
+	return (nz >> 63) - 1;
+}
+
+/* av_find looks a source up in AV av_id's table: 1 and *out when found.
+ * The source is three words (av_words): its address as two 64-bit words,
+ * its port and family as a third.
+ *
+ * The source's two buckets are two cache lines whose addresses are known
+ * from the hash (no dependent miss); most sources live in the first. The
+ * four slots are read under their sequence numbers (a seqlock read): their
+ * numbers, then their fields (and for an FI_AV_USER_ID entry the index's
+ * user_id in its aux line), then their numbers again. A hit counts only
+ * when the number of the slot it came from was even and unchanged; a miss
+ * only when all four were, and the table's move count was even and
+ * unchanged over the look (an insert may be moving entries between their
+ * two buckets). Otherwise the program looks again, up to XDPFAB_AV_RETRY
+ * times, then reports the source unknown: a frame is never attributed to
+ * another entry.
+ *
+ * A global function, so that the verifier checks it once, not once per
+ * path of the program that reaches it (which multiplied its work by ten).
+ *
+ * Memory ordering: Go makes a slot's number odd before it changes any of
+ * the slot's fields or its index's user ID and even after
+ * (internal/avtab), with atomic read-modify-writes (full barriers on every
+ * architecture Go supports). barrier() keeps the compiler from moving the
+ * loads across the number reads; the CPU must not either: x86-64 (TSO)
+ * keeps loads in program order, which is what xdpfab builds for
+ * (docs/platform.md#the-av-table-and-memory-ordering). A weakly ordered CPU
+ * (arm64) would need load-acquire reads of the numbers (BPF_LOAD_ACQ: LLVM
+ * 21 and Linux 6.15), which clang-14 cannot emit. */
+__attribute__((noinline)) int av_find(__u32 av_id, __u64 w0, __u64 w1, __u64 w2, struct av_found *out)
+{
+	if (!out)
+		return 0;
 	void *tab = bpf_map_lookup_elem(&xdpfab_avtab, &av_id);
 	if (!tab)
 		return 0;
@@ -127,8 +130,6 @@ static __always_inline int av_find(__u32 av_id, struct udp_addr *src, struct av_
 	__u32 nb = h->nbuckets;
 	if (!nb)
 		return 0;
-	__u64 w0 = *(__u64 *)&src->addr[0], w1 = *(__u64 *)&src->addr[8];
-	__u32 w2 = (__u32)src->port | (__u32)src->family << 16;
 	__u64 x = av_mix(av_mix(av_mix(h->seed, w0), w1), w2);
 	__u32 l1 = 1 + (__u32)(((x & 0xffffffff) * (__u64)nb) >> 32);
 	__u32 l2 = 1 + (__u32)(((x >> 32) * (__u64)nb) >> 32);
@@ -138,20 +139,59 @@ static __always_inline int av_find(__u32 av_id, struct udp_addr *src, struct av_
 	struct av_line *b2 = bpf_map_lookup_elem(tab, &l2);
 	if (!b1 || !b2)
 		return 0;
-	/* Touch the second line now: its miss overlaps the first's instead of
-	 * following it when the source is not in the first bucket. */
-	__u32 pre = READ_ONCE32(b2->slot[0].seq);
-	(void)pre;
+	struct av_slot *s0 = &b1->slot[0], *s1 = &b1->slot[1];
+	struct av_slot *s2 = &b2->slot[0], *s3 = &b2->slot[1];
 	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
-		__u32 moves = READ_ONCE32(h->moves);
+		__u64 moves = READ_ONCE32(h->moves);
+		__u64 q0 = READ_ONCE32(s0->seq), q1 = READ_ONCE32(s1->seq);
+		__u64 q2 = READ_ONCE32(s2->seq), q3 = READ_ONCE32(s3->seq);
 		barrier();
-		if (av_slot_read(tab, nb, &b1->slot[0], w0, w1, w2, out) ||
-		    av_slot_read(tab, nb, &b1->slot[1], w0, w1, w2, out) ||
-		    av_slot_read(tab, nb, &b2->slot[0], w0, w1, w2, out) ||
-		    av_slot_read(tab, nb, &b2->slot[1], w0, w1, w2, out))
+		__u64 m0 = av_eqmask(s0, w0, w1, w2), m1 = av_eqmask(s1, w0, w1, w2);
+		__u64 m2 = av_eqmask(s2, w0, w1, w2), m3 = av_eqmask(s3, w0, w1, w2);
+		__u64 f0 = s0->fi_addr, f1 = s1->fi_addr, f2 = s2->fi_addr, f3 = s3->fi_addr;
+		__u64 k0 = s0->auth_key, k1 = s1->auth_key, k2 = s2->auth_key, k3 = s3->auth_key;
+		__u64 g0 = s0->flags, g1 = s1->flags, g2 = s2->flags, g3 = s3->flags;
+		barrier();
+		/* st: all ones for a slot whose number was even and did not change:
+		 * what was read of it holds. */
+		__u64 st0 = av_stable(q0, READ_ONCE32(s0->seq)), st1 = av_stable(q1, READ_ONCE32(s1->seq));
+		__u64 st2 = av_stable(q2, READ_ONCE32(s2->seq)), st3 = av_stable(q3, READ_ONCE32(s3->seq));
+		/* The first stable slot that holds the source (an entry that moves
+		 * to its other bucket is in two slots for a moment). */
+		m0 &= st0;
+		m1 &= st1;
+		m2 &= st2;
+		m3 &= st3;
+		__u64 c1 = m1 & ~m0, c2 = m2 & ~(m0 | m1), c3 = m3 & ~(m0 | m1 | m2);
+		if (m0 | m1 | m2 | m3) {
+			/* A hit counts whatever the other slots did. */
+			__u64 fa = (f0 & m0) | (f1 & c1) | (f2 & c2) | (f3 & c3);
+			__u64 fl = (g0 & m0) | (g1 & c1) | (g2 & c2) | (g3 & c3);
+			__u64 uid = ~0ULL;
+			if (fl & XDPFAB_AVF_USER_ID) {
+				/* The index's user ID, read under the slot's number too:
+				 * read it again after. */
+				__u32 idx = fa;
+				__u32 line = 1 + nb + idx / 4;
+				struct av_aux *aux = bpf_map_lookup_elem(tab, &line);
+				if (!aux)
+					continue;
+				uid = aux[idx & 3].user_id;
+				barrier();
+				__u64 q = (q0 & m0) | (q1 & c1) | (q2 & c2) | (q3 & c3);
+				__u64 e = (READ_ONCE32(s0->seq) & m0) | (READ_ONCE32(s1->seq) & c1) |
+					  (READ_ONCE32(s2->seq) & c2) | (READ_ONCE32(s3->seq) & c3);
+				if (q != e)
+					continue;
+			}
+			out->fi_addr = fa;
+			out->auth_key = (k0 & m0) | (k1 & c1) | (k2 & c2) | (k3 & c3);
+			out->flags = fl;
+			out->user_id = uid;
 			return 1;
-		barrier();
-		if (!(moves & 1) && READ_ONCE32(h->moves) == moves)
+		}
+		/* A miss counts when all four were stable and nothing moved. */
+		if ((st0 & st1 & st2 & st3) && !(moves & 1) && READ_ONCE32(h->moves) == moves)
 			return 0;
 	}
 	return 0;
@@ -221,7 +261,14 @@ int xdpfab_rx(struct xdp_md *ctx)
 	 * key knows only peers bound to that key that also carry it on the
 	 * wire. */
 	struct av_found av = {};
-	int known = ep->av_id ? av_find(ep->av_id, &pkt.src, &av) : 0;
+	int known = 0;
+	if (ep->av_id) {
+		__u64 w0, w1;
+		__builtin_memcpy(&w0, &pkt.src.addr[0], sizeof(w0));
+		__builtin_memcpy(&w1, &pkt.src.addr[8], sizeof(w1));
+		__u64 w2 = (__u32)pkt.src.port | (__u32)pkt.src.family << 16;
+		known = av_find(ep->av_id, w0, w1, w2, &av);
+	}
 	if (known && ep->auth_key &&
 	    (av.auth_key != ep->auth_key || hdr->auth_key != bpf_htonl(ep->auth_key)))
 		known = 0;

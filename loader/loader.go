@@ -147,6 +147,15 @@ func Load(cfg Config) (*Objects, error) {
 			return nil, fmt.Errorf("create pin directory %s: %w", mapDir, err)
 		}
 		opts.Maps.PinPath = mapDir
+		// Pins of an xdpfab from before the AV tables (its forward and
+		// reverse AV maps): their AVs have no tables, and their link runs
+		// the old program. Refuse them as any changed map layout.
+		for _, old := range []string{"xdpfab_av", "xdpfab_avrev"} {
+			if _, err := os.Stat(filepath.Join(mapDir, old)); err == nil {
+				return nil, fmt.Errorf("load xdpfab dataplane: %s holds pins of an xdpfab from before the AV tables (%s); "+
+					"remove the pins: %w", mapDir, old, fi.EEXIST)
+			}
+		}
 		d.pinned = true
 		if d.lockDir, err = os.Open(cfg.PinRoot); err != nil {
 			return nil, fmt.Errorf("open pin root %s: %w", cfg.PinRoot, err)

@@ -188,6 +188,9 @@ func (t *Table) Aux(idx uint32) (userID uint64, slot, refcnt uint32) {
 // SetRefcnt sets index idx's reference count (XDP never reads it). The
 // caller holds Lock.
 func (t *Table) SetRefcnt(idx, refcnt uint32) {
+	if idx >= uint32(len(t.aux)) {
+		return
+	}
 	atomic.StoreUint32(&t.aux[idx].Refcnt, refcnt)
 }
 
@@ -447,6 +450,9 @@ func (t *Table) move(from, to uint32) {
 // its sequence number: XDP sees the old pair or the new one. The caller
 // holds Lock.
 func (t *Table) Update(pos uint32, userID uint64, flags uint8) {
+	if pos >= uint32(len(t.slots)) || t.slots[pos].FiAddr >= uint32(len(t.aux)) {
+		return
+	}
 	s := &t.slots[pos]
 	atomic.AddUint32(&s.Seq, 1)
 	atomic.StoreUint64(&t.aux[s.FiAddr].UserId, userID)
@@ -458,6 +464,9 @@ func (t *Table) Update(pos uint32, userID uint64, flags uint8) {
 // its return on, no XDP run that starts translates the source. The caller
 // holds Lock.
 func (t *Table) Remove(pos uint32) {
+	if pos >= uint32(len(t.slots)) {
+		return
+	}
 	s := &t.slots[pos]
 	idx := s.FiAddr
 	atomic.AddUint32(&s.Seq, 1)
