@@ -129,7 +129,7 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 
 // touchAhead is how far ahead of the address it inserts a batch insert
 // touches the table (avtab.Table.Touch).
-const touchAhead = 4
+const touchAhead = 8
 
 // checkInsert validates the call as a whole; it changes nothing.
 func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {

@@ -43,7 +43,6 @@ type Table struct {
 	hdr   *bpf.AVHdr
 	slots []bpf.AVSlot // 2 * nbuckets
 	aux   []bpf.AVAux  // cap
-	sink  uint32       // Touch's loads end here
 }
 
 // Lines returns the geometry of a table for capacity indices
@@ -307,15 +306,17 @@ func (t *Table) Locate(src *bpf.Addr) (p Probe, pos uint32, found bool) {
 	return p, 0, false
 }
 
-// Touch starts loading src's two buckets into the cache, for a writer
-// about to insert it: a batch touches the sources ahead of the one it
-// inserts, so that their cache misses overlap.
+// Touch starts loading src's two buckets into the cache (a prefetch: it
+// does not wait for them), for a writer about to insert it: a batch
+// touches the sources ahead of the one it inserts, so that their cache
+// misses overlap.
 func (t *Table) Touch(src *bpf.Addr) {
 	if len(t.slots) == 0 {
 		return
 	}
 	b1, b2 := t.buckets(src)
-	t.sink += atomic.LoadUint32(&t.slots[2*b1].Seq) + atomic.LoadUint32(&t.slots[2*b2].Seq)
+	prefetch(uintptr(unsafe.Pointer(&t.slots[2*b1])))
+	prefetch(uintptr(unsafe.Pointer(&t.slots[2*b2])))
 }
 
 // Slot returns slot pos's contents for a writer (plain reads; the caller
