@@ -119,7 +119,7 @@ func mapTable(m *ebpf.Map, ro bool) (*Table, error) {
 func (t *Table) layout() error {
 	nb, capa := atomic.LoadUint32(&t.hdr.Nbuckets), atomic.LoadUint32(&t.hdr.Cap)
 	lines := uint64(t.m.MaxEntries())
-	if atomic.LoadUint32(&t.hdr.Magic) != bpf.AVMagic || nb == 0 || capa%4 != 0 || 1+uint64(nb)+uint64(capa/4) > lines {
+	if atomic.LoadUint32(&t.hdr.Magic) != bpf.AVMagic || nb == 0 || capa == 0 || capa%4 != 0 || 1+uint64(nb)+uint64(capa/4) > lines {
 		return fmt.Errorf("AV table %v: bad header (magic %#x, %d buckets, capacity %d, %d lines): %w",
 			t.m, t.hdr.Magic, nb, capa, lines, fi.EINVAL)
 	}
@@ -560,14 +560,14 @@ func Open(dp *loader.Objects, id uint32, readOnly bool) (*Table, error) {
 		t.Close()
 		return nil, err
 	}
-	if t.hdr.AvId != id {
+	if got := atomic.LoadUint32(&t.hdr.AvId); got != id {
 		t.Close()
-		return nil, fmt.Errorf("open AV table %d: holds AV %d: %w", id, t.hdr.AvId, fi.EINVAL)
+		return nil, fmt.Errorf("open AV table %d: holds AV %d: %w", id, got, fi.EINVAL)
 	}
 	return t, nil
 }
 
-// copyTable reads m into memory of its own (see OpenTable).
+// copyTable reads m into memory of its own (see Open).
 func copyTable(m *ebpf.Map) (*Table, error) {
 	if m.ValueSize() != bpf.AVLine || m.MaxEntries() < 2 {
 		return nil, fmt.Errorf("AV table %v: not a table (value size %d, %d lines): %w", m, m.ValueSize(), m.MaxEntries(), fi.EINVAL)
