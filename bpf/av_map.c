@@ -88,6 +88,54 @@ static __always_inline __u64 av_stable(__u64 q, __u64 e)
 	return (nz >> 63) - 1;
 }
 
+/* av_bucket_read reads bucket b's two slots, whose sequence numbers the
+ * caller read (q0, q1) before this: 1 and *out when a slot that stayed
+ * stable holds the source (w0, w1, w2), 0 when neither holds it and both
+ * stayed stable, -1 when a slot changed meanwhile. */
+static __always_inline int av_bucket_read(void *tab, __u32 nb, struct av_line *b, __u64 q0, __u64 q1,
+					  __u64 w0, __u64 w1, __u64 w2, struct av_found *out)
+{
+	struct av_slot *s0 = &b->slot[0], *s1 = &b->slot[1];
+	__u64 m0 = av_eqmask(s0, w0, w1, w2), m1 = av_eqmask(s1, w0, w1, w2);
+	__u64 f0 = s0->fi_addr, f1 = s1->fi_addr;
+	__u64 k0 = s0->auth_key, k1 = s1->auth_key;
+	__u64 g0 = s0->flags, g1 = s1->flags;
+	barrier();
+	/* st: all ones for a slot whose number was even and did not change:
+	 * what was read of it holds. */
+	__u64 st0 = av_stable(q0, READ_ONCE32(s0->seq)), st1 = av_stable(q1, READ_ONCE32(s1->seq));
+	/* The first stable slot that holds the source (an entry that moves to
+	 * its other bucket is in two slots for a moment). */
+	m0 &= st0;
+	m1 &= st1;
+	__u64 c1 = m1 & ~m0;
+	if (!(m0 | m1))
+		return (st0 & st1) ? 0 : -1;
+	__u64 fa = (f0 & m0) | (f1 & c1);
+	__u64 fl = (g0 & m0) | (g1 & c1);
+	__u64 uid = ~0ULL;
+	if (fl & XDPFAB_AVF_USER_ID) {
+		/* The index's user ID, read under the slot's number too: read the
+		 * number again after it. */
+		__u32 idx = fa;
+		__u32 line = 1 + nb + idx / 4;
+		struct av_aux *aux = bpf_map_lookup_elem(tab, &line);
+		if (!aux)
+			return -1;
+		uid = aux[idx & 3].user_id;
+		barrier();
+		__u64 q = (q0 & m0) | (q1 & c1);
+		__u64 e = (READ_ONCE32(s0->seq) & m0) | (READ_ONCE32(s1->seq) & c1);
+		if (q != e)
+			return -1;
+	}
+	out->fi_addr = fa;
+	out->auth_key = (k0 & m0) | (k1 & c1);
+	out->flags = fl;
+	out->user_id = uid;
+	return 1;
+}
+
 /* av_find looks a source up in AV av_id's table: 1 and *out when found.
  * The source is three words (av_words): its address as two 64-bit words,
  * its port and family as a third.
@@ -139,59 +187,20 @@ __attribute__((noinline)) int av_find(__u32 av_id, __u64 w0, __u64 w1, __u64 w2,
 	struct av_line *b2 = bpf_map_lookup_elem(tab, &l2);
 	if (!b1 || !b2)
 		return 0;
-	struct av_slot *s0 = &b1->slot[0], *s1 = &b1->slot[1];
-	struct av_slot *s2 = &b2->slot[0], *s3 = &b2->slot[1];
 	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
 		__u64 moves = READ_ONCE32(h->moves);
-		__u64 q0 = READ_ONCE32(s0->seq), q1 = READ_ONCE32(s1->seq);
-		__u64 q2 = READ_ONCE32(s2->seq), q3 = READ_ONCE32(s3->seq);
+		/* Both lines' first loads now: their misses overlap. */
+		__u64 q0 = READ_ONCE32(b1->slot[0].seq), q1 = READ_ONCE32(b1->slot[1].seq);
+		__u64 q2 = READ_ONCE32(b2->slot[0].seq), q3 = READ_ONCE32(b2->slot[1].seq);
 		barrier();
-		__u64 m0 = av_eqmask(s0, w0, w1, w2), m1 = av_eqmask(s1, w0, w1, w2);
-		__u64 m2 = av_eqmask(s2, w0, w1, w2), m3 = av_eqmask(s3, w0, w1, w2);
-		__u64 f0 = s0->fi_addr, f1 = s1->fi_addr, f2 = s2->fi_addr, f3 = s3->fi_addr;
-		__u64 k0 = s0->auth_key, k1 = s1->auth_key, k2 = s2->auth_key, k3 = s3->auth_key;
-		__u64 g0 = s0->flags, g1 = s1->flags, g2 = s2->flags, g3 = s3->flags;
-		barrier();
-		/* st: all ones for a slot whose number was even and did not change:
-		 * what was read of it holds. */
-		__u64 st0 = av_stable(q0, READ_ONCE32(s0->seq)), st1 = av_stable(q1, READ_ONCE32(s1->seq));
-		__u64 st2 = av_stable(q2, READ_ONCE32(s2->seq)), st3 = av_stable(q3, READ_ONCE32(s3->seq));
-		/* The first stable slot that holds the source (an entry that moves
-		 * to its other bucket is in two slots for a moment). */
-		m0 &= st0;
-		m1 &= st1;
-		m2 &= st2;
-		m3 &= st3;
-		__u64 c1 = m1 & ~m0, c2 = m2 & ~(m0 | m1), c3 = m3 & ~(m0 | m1 | m2);
-		if (m0 | m1 | m2 | m3) {
-			/* A hit counts whatever the other slots did. */
-			__u64 fa = (f0 & m0) | (f1 & c1) | (f2 & c2) | (f3 & c3);
-			__u64 fl = (g0 & m0) | (g1 & c1) | (g2 & c2) | (g3 & c3);
-			__u64 uid = ~0ULL;
-			if (fl & XDPFAB_AVF_USER_ID) {
-				/* The index's user ID, read under the slot's number too:
-				 * read it again after. */
-				__u32 idx = fa;
-				__u32 line = 1 + nb + idx / 4;
-				struct av_aux *aux = bpf_map_lookup_elem(tab, &line);
-				if (!aux)
-					continue;
-				uid = aux[idx & 3].user_id;
-				barrier();
-				__u64 q = (q0 & m0) | (q1 & c1) | (q2 & c2) | (q3 & c3);
-				__u64 e = (READ_ONCE32(s0->seq) & m0) | (READ_ONCE32(s1->seq) & c1) |
-					  (READ_ONCE32(s2->seq) & c2) | (READ_ONCE32(s3->seq) & c3);
-				if (q != e)
-					continue;
-			}
-			out->fi_addr = fa;
-			out->auth_key = (k0 & m0) | (k1 & c1) | (k2 & c2) | (k3 & c3);
-			out->flags = fl;
-			out->user_id = uid;
+		int r = av_bucket_read(tab, nb, b1, q0, q1, w0, w1, w2, out);
+		if (r > 0)
 			return 1;
-		}
-		/* A miss counts when all four were stable and nothing moved. */
-		if ((st0 & st1 & st2 & st3) && !(moves & 1) && READ_ONCE32(h->moves) == moves)
+		int r2 = av_bucket_read(tab, nb, b2, q2, q3, w0, w1, w2, out);
+		if (r2 > 0)
+			return 1;
+		/* A miss counts when all four slots were stable and nothing moved. */
+		if (!r && !r2 && !(moves & 1) && READ_ONCE32(h->moves) == moves)
 			return 0;
 	}
 	return 0;
