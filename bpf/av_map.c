@@ -32,7 +32,7 @@ const enum counter *xdpfab_btf_counter __attribute__((unused)) SEC(".xdpfab.btf"
  * cannot size, and the structs only Go uses (bpf2go -type). */
 struct xdpfab_btf_types {
 	struct av_table table;
-	struct av_line line;
+	struct av_page page;
 	struct av_hdr hdr;
 	struct av_aux aux;
 	struct av_key key;
@@ -119,9 +119,11 @@ static __always_inline int av_bucket_read(void *tab, __u32 nb, struct av_line *b
 		 * number again after it. */
 		__u32 idx = fa;
 		__u32 line = 1 + nb + idx / 4;
-		struct av_aux *aux = bpf_map_lookup_elem(tab, &line);
-		if (!aux)
+		__u32 elem = line / XDPFAB_AV_PAGE_LINES;
+		struct av_page *p = bpf_map_lookup_elem(tab, &elem);
+		if (!p)
 			return -1;
+		struct av_aux *aux = (void *)&p->line[line % XDPFAB_AV_PAGE_LINES];
 		uid = aux[idx & 3].user_id;
 		barrier();
 		__u64 q = (q0 & m0) | (q1 & c1);
@@ -171,10 +173,12 @@ __attribute__((noinline)) int av_find(__u32 av_id, __u64 w0, __u64 w1, __u64 w2,
 	void *tab = bpf_map_lookup_elem(&xdpfab_avtab, &av_id);
 	if (!tab)
 		return 0;
-	__u32 zero = 0;
-	struct av_hdr *h = bpf_map_lookup_elem(tab, &zero);
-	if (!h)
+	__u32 key = 0; /* one stack slot for every lookup: av_find's frame
+			* adds to the program's (512 bytes together) */
+	struct av_page *p0 = bpf_map_lookup_elem(tab, &key);
+	if (!p0)
 		return 0;
+	struct av_hdr *h = (void *)&p0->line[0];
 	__u32 nb = h->nbuckets;
 	if (!nb)
 		return 0;
@@ -183,20 +187,44 @@ __attribute__((noinline)) int av_find(__u32 av_id, __u64 w0, __u64 w1, __u64 w2,
 	__u32 l2 = 1 + (__u32)(((x >> 32) * (__u64)nb) >> 32);
 	if (l2 == l1)
 		l2 = l1 == nb ? 1 : l1 + 1;
-	struct av_line *b1 = bpf_map_lookup_elem(tab, &l1);
-	struct av_line *b2 = bpf_map_lookup_elem(tab, &l2);
-	if (!b1 || !b2)
+	/* The buckets' elements: the header's for a table of one page, so one
+	 * map lookup in all; at most three. */
+	__u32 e1 = l1 / XDPFAB_AV_PAGE_LINES, e2 = l2 / XDPFAB_AV_PAGE_LINES;
+	struct av_page *p1 = p0, *p2;
+	if (e1) {
+		key = e1;
+		p1 = bpf_map_lookup_elem(tab, &key);
+	}
+	if (e2 == e1) {
+		p2 = p1;
+	} else if (!e2) {
+		p2 = p0;
+	} else {
+		key = e2;
+		p2 = bpf_map_lookup_elem(tab, &key);
+	}
+	if (!p1 || !p2)
 		return 0;
+	struct av_line *b1 = &p1->line[l1 % XDPFAB_AV_PAGE_LINES];
+	struct av_line *b2 = &p2->line[l2 % XDPFAB_AV_PAGE_LINES];
+	/* Not unrolled: copies of the body would spill into more stack
+	 * (av_find's frame and the program's share 512 bytes). */
+#pragma clang loop unroll(disable)
 	for (int t = 0; t < XDPFAB_AV_RETRY; t++) {
+		/* Opaque copies: clang would otherwise hoist every field address
+		 * of both buckets out of the loop and spill them. */
+		struct av_line *c1 = b1, *c2 = b2;
+		OPAQUE(c1);
+		OPAQUE(c2);
 		__u64 moves = READ_ONCE32(h->moves);
 		/* Both lines' first loads now: their misses overlap. */
-		__u64 q0 = READ_ONCE32(b1->slot[0].seq), q1 = READ_ONCE32(b1->slot[1].seq);
-		__u64 q2 = READ_ONCE32(b2->slot[0].seq), q3 = READ_ONCE32(b2->slot[1].seq);
+		__u64 q0 = READ_ONCE32(c1->slot[0].seq), q1 = READ_ONCE32(c1->slot[1].seq);
+		__u64 q2 = READ_ONCE32(c2->slot[0].seq), q3 = READ_ONCE32(c2->slot[1].seq);
 		barrier();
-		int r = av_bucket_read(tab, nb, b1, q0, q1, w0, w1, w2, out);
+		int r = av_bucket_read(tab, nb, c1, q0, q1, w0, w1, w2, out);
 		if (r > 0)
 			return 1;
-		int r2 = av_bucket_read(tab, nb, b2, q2, q3, w0, w1, w2, out);
+		int r2 = av_bucket_read(tab, nb, c2, q2, q3, w0, w1, w2, out);
 		if (r2 > 0)
 			return 1;
 		/* A miss counts when all four slots were stable and nothing moved. */

@@ -78,6 +78,10 @@ const (
 	// AVLine is the size of a table line (struct av_line): a bucket of
 	// two slots, the header, or four aux entries.
 	AVLine = 64
+	// AVPageLines is the number of lines in an element of a table's map
+	// (struct av_page, XDPFAB_AV_PAGE_LINES); AVPage its size.
+	AVPageLines = 64
+	AVPage      = AVLine * AVPageLines
 )
 
 // AVHash is the XDP program's av_hash of source a under seed: a's two

@@ -60,6 +60,7 @@ enum policy {
 
 /* AV tables (struct av_hdr, struct av_slot). */
 #define XDPFAB_AV_MAGIC 0x54564158 /* "XAVT" little endian */
+#define XDPFAB_AV_PAGE_LINES 64     /* lines per table map element (struct av_page) */
 #define XDPFAB_AV_RETRY 4          /* reads of a slot, or of both buckets, that change meanwhile */
 
 /* The UDP checksum is verified over at most this many 512-byte chunks

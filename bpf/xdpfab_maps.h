@@ -23,7 +23,7 @@ struct av_table {
 	__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct av_line);
+	__type(value, struct av_page);
 };
 
 struct {

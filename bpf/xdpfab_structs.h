@@ -38,8 +38,9 @@ struct av_val {
 };
 
 /* An AV's table: one BPF_F_MMAPABLE array map per AV (xdpfab_avtab holds
- * it at the AV's id), of 64-byte lines (struct av_line), which user space
- * maps and writes without system calls and XDP reads in place:
+ * it at the AV's id), of 64-byte lines (struct av_line, 64 to an element:
+ * struct av_page), which user space maps and writes without system calls
+ * and XDP reads in place:
  *
  *   line 0                        struct av_hdr: geometry, seed, counts
  *   lines 1 .. nbuckets           the forward index: open addressing, two
@@ -91,6 +92,15 @@ struct av_hdr {
  * entries). */
 struct av_line {
 	struct av_slot slot[2];
+};
+
+/* An element of a table's array map: XDPFAB_AV_PAGE_LINES lines, a page.
+ * Line L is line L % XDPFAB_AV_PAGE_LINES of element L / XDPFAB_AV_PAGE_LINES;
+ * in the mapping (elements back to back) it is simply at L * 64. Whole
+ * pages let one map lookup serve the header and both buckets of a small
+ * table. */
+struct av_page {
+	struct av_line line[XDPFAB_AV_PAGE_LINES];
 };
 
 /* Endpoint table key: a local address/port. An all-zero addr is the
@@ -204,6 +214,7 @@ _Static_assert(sizeof(struct av_slot) == 32, "av_slot size");
 _Static_assert(sizeof(struct av_aux) == 16, "av_aux size");
 _Static_assert(sizeof(struct av_hdr) == 64, "av_hdr size");
 _Static_assert(sizeof(struct av_line) == 64, "av_line size: a cache line");
+_Static_assert(sizeof(struct av_page) == 4096, "av_page size: a page");
 XDPFAB_AT(av_slot, seq, 0);
 XDPFAB_AT(av_slot, fi_addr, 4);
 XDPFAB_AT(av_slot, addr, 8);

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -20,9 +21,9 @@ import (
 // maps; their layout and protocol are internal/avtab's, and what an entry
 // means is package av's.
 
-// NewAVTableMap creates an AV table map (xdpfab_avtab's inner map) of
-// lines 64-byte lines, not installed (SetAVTable). ENOMEM when the kernel
-// refuses the memory.
+// NewAVTableMap creates an AV table map (xdpfab_avtab's inner map) of at
+// least lines 64-byte lines (in elements of bpf.AVPageLines), not
+// installed (SetAVTable). ENOMEM when the kernel refuses the memory.
 func (d *Objects) NewAVTableMap(lines uint32) (*ebpf.Map, error) {
 	if err := d.loaded("new AV table"); err != nil {
 		return nil, err
@@ -35,7 +36,7 @@ func (d *Objects) NewAVTableMap(lines uint32) (*ebpf.Map, error) {
 	}
 	spec := d.avTabInner.Copy()
 	spec.Name = "xdpfab_avt"
-	spec.MaxEntries = lines
+	spec.MaxEntries = (lines + bpf.AVPageLines - 1) / bpf.AVPageLines
 	m, err := ebpf.NewMap(spec)
 	switch {
 	case errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.E2BIG):
@@ -263,8 +264,13 @@ func (d *Objects) addTable(fd int) {
 		unix.Close(fd)
 		return
 	}
-	var hdr bpf.AVHdr
-	if m.ValueSize() != bpf.AVLine || m.Lookup(uint32(0), &hdr) != nil || hdr.Magic != bpf.AVMagic {
+	var page [bpf.AVPage]byte
+	if m.ValueSize() != bpf.AVPage || m.Lookup(uint32(0), &page) != nil {
+		m.Close()
+		return
+	}
+	hdr := pageHeader(&page)
+	if hdr.Magic != bpf.AVMagic {
 		m.Close()
 		return
 	}
@@ -279,6 +285,13 @@ func (d *Objects) addTable(fd int) {
 
 // tableRetired reads a table's retired flag through its descriptor.
 func tableRetired(m *ebpf.Map) bool {
+	var page [bpf.AVPage]byte
+	return m.Lookup(uint32(0), &page) != nil || pageHeader(&page).Retired != 0
+}
+
+// pageHeader decodes the header at the start of a table's first element.
+func pageHeader(page *[bpf.AVPage]byte) bpf.AVHdr {
 	var hdr bpf.AVHdr
-	return m.Lookup(uint32(0), &hdr) != nil || hdr.Retired != 0
+	_, _ = binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
+	return hdr
 }

@@ -47,8 +47,9 @@ type Table struct {
 
 // Lines returns the geometry of a table for capacity indices
 // (rounded up to a multiple of 4, at least 64): its buckets, its capacity
-// and its lines (the array map's max_entries). The forward index has 1.6
-// slots per index, so it is at most 5/8 full when every index is in use.
+// and its lines (the array map holds them in elements of bpf.AVPageLines).
+// The forward index has 1.6 slots per index, so it is at most 5/8 full
+// when every index is in use.
 func Lines(capacity uint32) (nbuckets, capa, lines uint32) {
 	capa = max(capacity, 64)
 	capa = min(capa, maxTableCap)
@@ -90,10 +91,10 @@ func New(dp *loader.Objects, id uint32, capacity uint32) (*Table, error) {
 // mapTable memory-maps m, read-only when ro or when the descriptor allows
 // no more.
 func mapTable(m *ebpf.Map, ro bool) (*Table, error) {
-	if m.ValueSize() != bpf.AVLine || m.MaxEntries() < 2 {
-		return nil, fmt.Errorf("AV table %v: not a table (value size %d, %d lines): %w", m, m.ValueSize(), m.MaxEntries(), fi.EINVAL)
+	if m.ValueSize() != bpf.AVPage || m.MaxEntries() < 1 {
+		return nil, fmt.Errorf("AV table %v: not a table (value size %d, %d elements): %w", m, m.ValueSize(), m.MaxEntries(), fi.EINVAL)
 	}
-	size := int(m.MaxEntries()) * bpf.AVLine
+	size := int(m.MaxEntries()) * bpf.AVPage
 	page := os.Getpagesize()
 	size = (size + page - 1) / page * page
 	prot := unix.PROT_READ
@@ -118,7 +119,7 @@ func mapTable(m *ebpf.Map, ro bool) (*Table, error) {
 // reader still never trusts it to be in bounds.
 func (t *Table) layout() error {
 	nb, capa := atomic.LoadUint32(&t.hdr.Nbuckets), atomic.LoadUint32(&t.hdr.Cap)
-	lines := uint64(t.m.MaxEntries())
+	lines := uint64(t.m.MaxEntries()) * bpf.AVPageLines
 	if atomic.LoadUint32(&t.hdr.Magic) != bpf.AVMagic || nb == 0 || capa == 0 || capa%4 != 0 || 1+uint64(nb)+uint64(capa/4) > lines {
 		return fmt.Errorf("AV table %v: bad header (magic %#x, %d buckets, capacity %d, %d lines): %w",
 			t.m, t.hdr.Magic, nb, capa, lines, fi.EINVAL)
@@ -569,8 +570,8 @@ func Open(dp *loader.Objects, id uint32, readOnly bool) (*Table, error) {
 
 // copyTable reads m into memory of its own (see Open).
 func copyTable(m *ebpf.Map) (*Table, error) {
-	if m.ValueSize() != bpf.AVLine || m.MaxEntries() < 2 {
-		return nil, fmt.Errorf("AV table %v: not a table (value size %d, %d lines): %w", m, m.ValueSize(), m.MaxEntries(), fi.EINVAL)
+	if m.ValueSize() != bpf.AVPage || m.MaxEntries() < 1 {
+		return nil, fmt.Errorf("AV table %v: not a table (value size %d, %d elements): %w", m, m.ValueSize(), m.MaxEntries(), fi.EINVAL)
 	}
 	t := &Table{m: m, ro: true, copy: true}
 	if err := t.Refresh(); err != nil {
@@ -589,7 +590,7 @@ func (t *Table) Refresh() error {
 	if !t.copy {
 		return nil
 	}
-	type line [bpf.AVLine]byte
+	type line [bpf.AVPage]byte
 	n := int(t.m.MaxEntries())
 	lines := make([]line, n)
 	keys := make([]uint32, n)
@@ -605,7 +606,7 @@ func (t *Table) Refresh() error {
 			return fmt.Errorf("read AV table %v: %w", t.m, err)
 		}
 	}
-	mem := unsafe.Slice((*byte)(unsafe.Pointer(&lines[0])), n*bpf.AVLine)
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&lines[0])), n*bpf.AVPage)
 	t.mem = mem
 	t.hdr = (*bpf.AVHdr)(unsafe.Pointer(&mem[0]))
 	if t.slots != nil {
