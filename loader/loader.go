@@ -68,6 +68,9 @@ type Objects struct {
 	unlockFn func()
 	lockDir  *os.File // the pin root, flock'ed for cross-process changes
 	pool     int      // AV entries reserved by this process, unused (capacity.go)
+	// recorded is what this process's xdpfab_avpool record says (never
+	// below pool).
+	recorded int
 	// Handed-over AV tables (FromFDs) by AV id, and where to fetch new
 	// ones (SetTableSource); guarded by tabMu.
 	fromFDs     bool
