@@ -132,10 +132,8 @@ func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
 		return nil, err
 	}
 	if a.shared {
-		for id, m := range metas {
-			if m.InUse != 0 && m.NameString() == attr.Name {
-				return a.adopt(uint32(id), m, attr)
-			}
+		if id, ok := findNamed(metas, attr.Name); ok {
+			return a.adopt(id, metas[id], attr)
 		}
 		if a.readOnly {
 			return nil, fmt.Errorf("av open %q read-only: no such AV: %w", attr.Name, fi.ENOENT)
@@ -350,17 +348,16 @@ func Destroy(dp *loader.Objects, name string) error {
 	if err != nil {
 		return fmt.Errorf("av destroy %q: %w", name, err)
 	}
-	for id, m := range metas {
-		if m.InUse != 0 && name != "" && m.NameString() == name {
-			a.id = uint32(id)
-			if err := a.load(m); err != nil && !errors.Is(err, fi.ENOENT) {
-				return fmt.Errorf("av destroy %q: %w", name, err)
-			}
-			defer a.tab.Close()
-			return a.destroyLocked()
-		}
+	id, ok := findNamed(metas, name)
+	if !ok {
+		return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
 	}
-	return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
+	a.id = id
+	if err := a.load(metas[id]); err != nil && !errors.Is(err, fi.ENOENT) {
+		return fmt.Errorf("av destroy %q: %w", name, err)
+	}
+	defer a.tab.Close()
+	return a.destroyLocked()
 }
 
 // OwnerOf returns the owner recorded for the named AV in dp.
@@ -372,10 +369,8 @@ func OwnerOf(dp *loader.Objects, name string) (Owner, error) {
 	if err != nil {
 		return Owner{}, fmt.Errorf("av owner %q: %w", name, err)
 	}
-	for _, m := range metas {
-		if m.InUse != 0 && name != "" && m.NameString() == name {
-			return Owner{UID: m.OwnerUid, Group: m.GroupGid}, nil
-		}
+	if id, ok := findNamed(metas, name); ok {
+		return Owner{UID: metas[id].OwnerUid, Group: metas[id].GroupGid}, nil
 	}
 	return Owner{}, fmt.Errorf("av owner %q: no such AV: %w", name, fi.ENOENT)
 }
@@ -389,12 +384,23 @@ func Exists(dp *loader.Objects, name string) bool {
 	if err != nil {
 		return false
 	}
-	for _, m := range metas {
-		if m.InUse != 0 && m.NameString() == name {
-			return true
+	_, ok := findNamed(metas, name)
+	return ok
+}
+
+// findNamed is the one scan of the AV slots for a named AV (Open,
+// Destroy, OwnerOf, Exists): the slot of the AV in use called name; false
+// for none, and for the empty name (anonymous AVs have no name to find).
+func findNamed(metas []bpf.AVMeta, name string) (uint32, bool) {
+	if name == "" {
+		return 0, false
+	}
+	for id := 1; id < len(metas); id++ {
+		if metas[id].InUse != 0 && metas[id].NameString() == name {
+			return uint32(id), true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // DestroyOrphan removes the anonymous AV id if the process pid, started at
