@@ -51,14 +51,14 @@ type AV struct {
 	// What lock took, for unlock (guarded by rw).
 	dpUnlock, unlockFn func()
 
-	// rw guards the cache against Resolve, which takes only its read side.
-	// Every other method holds it for writing together with the dataplane
-	// lock (see lock).
+	// rw guards the fields above and the table's mapping against Resolve
+	// and the lookups, which take only its read side. Every other method
+	// holds it for writing together with the dataplane lock (see lock).
 	rw sync.RWMutex
 }
 
 // lock takes the dataplane lock (all AV changes of the node, serialised)
-// and the AV's cache lock.
+// and the AV's own lock.
 func (a *AV) lock() (unlock func()) {
 	dpUnlock := a.dp.Lock()
 	a.rw.Lock()

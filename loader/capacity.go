@@ -10,12 +10,9 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// The forward and reverse AV maps are preallocated hashes of AVEntries
-// elements shared by every AV of the dataplane, in every process. An insert
-// that was reported successful must not fail for lack of room when its
-// (possibly deferred, FI_MORE) map write happens, so room is reserved up
-// front (a write that fails for another reason stays queued: see
-// av.flushLocked):
+// AVEntries bounds the AV entries of the node, every AV in every process
+// together (nothing is preallocated for it: each AV's table follows its
+// own size). Each new index reserves room before it is written:
 // xdpfab_avmeta slot 0 counts the entries reserved node-wide, and each
 // process takes room from it in chunks to keep the syscall off the per-call
 // path. What a process holds in reserve is recorded in xdpfab_avpool under
