@@ -435,7 +435,7 @@ func (a *AV) destroyLocked() error {
 	live := 0
 	if a.tab != nil {
 		live = int(a.tab.Live())
-		a.tab.MarkRetired()
+		a.tab.MarkRetired(true)
 	}
 	if err := a.dp.DeleteAVTable(a.id); err != nil {
 		return err

@@ -298,7 +298,13 @@ func (a *AV) rebuild(capa uint32) error {
 			}
 			return err
 		}
+		// Retired first: should this process die between the install and
+		// the retirement, other processes would keep writing a table XDP
+		// no longer reads. Retired early, they re-open (and find the old
+		// one, still right, until the install).
+		a.tab.MarkRetired(true)
 		if err := avtab.Install(a.dp, a.id, nt); err != nil {
+			a.tab.MarkRetired(false)
 			nt.Close()
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/sys/unix"
 )
@@ -86,4 +87,45 @@ func TestNamedAVReadersFollowGrowth(t *testing.T) {
 	}
 	wantXDP(t, dp, w, peer(3), 3)
 	wantXDP(t, dp, w, peer(409), 409)
+}
+
+// A writer that died between swapping a grown table into xdpfab_avtab and
+// pinning it leaves the old table's pin behind: the next writer finds the
+// pin is not the table XDP reads, repairs it, and writes the table XDP
+// reads.
+func TestStalePinRepaired(t *testing.T) {
+	dp, root := pinnedDP(t)
+	w := openAV(t, dp, av.Attr{Name: "crashy", Count: 64})
+	if _, err := w.Insert(peers(0, 5), nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The "crash": a copy swapped in, the pin left alone.
+	old, err := avtab.Open(dp, w.ID(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	nt, err := avtab.New(dp, w.ID(), 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nt.Close()
+	if err := nt.CopyFrom(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.AVTab.Put(w.ID(), nt.Map()); err != nil {
+		t.Fatal(err)
+	}
+	other, err := loader.Load(loader.Config{PinRoot: root, AVEntries: 4096, MaxAVs: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	w2 := openAV(t, other, av.Attr{Name: "crashy"})
+	out := notAvail(1)
+	if _, err := w2.Insert(peers(5, 1), out, 0, nil); err != nil || out[0] != 5 {
+		t.Fatalf("insert after the crash: %v %v", out, err)
+	}
+	wantXDP(t, dp, w2, peer(5), 5)
+	wantXDP(t, dp, w2, peer(2), 2)
 }

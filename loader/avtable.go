@@ -137,6 +137,8 @@ func (d *Objects) OpenAVTableMap(id uint32, readOnly bool) (m *ebpf.Map, writabl
 			return nil, false, fmt.Errorf("open AV table %d: %w", id, fi.ENOENT)
 		case errors.Is(err, os.ErrPermission):
 			return nil, false, fmt.Errorf("open AV table %d: %v: %w", id, err, fi.EACCES)
+		case err == nil && !readOnly && d.avTabInner != nil:
+			m, err = d.currentTable(id, m)
 		}
 	case d.fromFDs:
 		m, err = d.handedTable(id)
@@ -159,6 +161,36 @@ func (d *Objects) OpenAVTableMap(id uint32, readOnly bool) (m *ebpf.Map, writabl
 		return nil, false, fmt.Errorf("open AV table %d: %w", id, err)
 	}
 	return m, writable, nil
+}
+
+// currentTable checks that the pinned table m is the one xdpfab_avtab
+// holds for AV id, the one XDP reads; a writer that died between swapping a
+// table in and pinning it (growth) leaves the pin behind. Then the pin is
+// repaired, and the current table returned, so that no writer changes a
+// table XDP does not read. The caller holds Lock.
+func (d *Objects) currentTable(id uint32, m *ebpf.Map) (*ebpf.Map, error) {
+	var want ebpf.MapID
+	if err := d.AVTab.Lookup(id, &want); err != nil || want == 0 {
+		return m, nil // no table installed: nothing better than the pin
+	}
+	info, err := m.Info()
+	if err != nil {
+		return m, nil
+	}
+	if got, ok := info.ID(); !ok || got == want {
+		return m, nil
+	}
+	cur, err := ebpf.NewMapFromID(want)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("AV %d's pinned table is not the one XDP reads, and opening that one failed: %w", id, err)
+	}
+	m.Close()
+	if err := d.SetAVTable(id, cur); err != nil {
+		cur.Close()
+		return nil, err
+	}
+	return cur, nil
 }
 
 // AVTableIDs returns the ids of the AVs that have a table.

@@ -522,16 +522,22 @@ func (t *Table) Retire() error {
 	if t == nil {
 		return nil
 	}
-	t.MarkRetired()
+	t.MarkRetired(true)
 	loader.WaitReaders()
 	return t.Close()
 }
 
-// MarkRetired marks t replaced or deleted: processes that mapped it
-// re-open AV's current table (or find none). The caller holds Lock.
-func (t *Table) MarkRetired() {
+// MarkRetired marks t replaced or deleted (retired true), or takes the
+// mark back (false, when the replacement failed): processes that mapped a
+// retired table re-open AV's current table (or find none). The caller
+// holds the dataplane lock.
+func (t *Table) MarkRetired(retired bool) {
 	if t != nil && t.hdr != nil && !t.ro {
-		atomic.StoreUint32(&t.hdr.Retired, 1)
+		v := uint32(0)
+		if retired {
+			v = 1
+		}
+		atomic.StoreUint32(&t.hdr.Retired, v)
 	}
 }
 
