@@ -159,8 +159,8 @@ static __always_inline int av_bucket_read(void *tab, __u32 nb, struct av_line *b
  *
  * Memory ordering: Go makes a slot's number odd before it changes any of
  * the slot's fields or its index's user ID and even after
- * (internal/avtab), with atomic read-modify-writes (full barriers on every
- * architecture Go supports). barrier() keeps the compiler from moving the
+ * (internal/avtab), with an atomic swap (a full barrier on every
+ * architecture Go supports) and a release store. barrier() keeps the compiler from moving the
  * loads across the number reads; the CPU must not either: x86-64 (TSO)
  * keeps loads in program order, which is what xdpfab builds for
  * (docs/platform.md#the-av-table-and-memory-ordering). A weakly ordered CPU

@@ -226,6 +226,24 @@ func (t *Table) ReadSlot(pos uint32) (s bpf.AVSlot, ok bool) {
 	return s, false
 }
 
+// writeBegin makes the sequence number at p odd, a value no reader saw
+// before, and returns it: from here on readers discard what they read of
+// what it guards. An atomic swap: a full barrier on every architecture Go
+// supports (XCHG, SWPAL), so no store of the write moves before it. A
+// number left odd by a writer that died mid-write goes to the next odd
+// value, not to an even one.
+func writeBegin(p *uint32) uint32 {
+	odd := (atomic.LoadUint32(p) + 1) | 1
+	atomic.SwapUint32(p, odd)
+	return odd
+}
+
+// writeEnd makes the number even again: readers may use what they read.
+// A release store: no store of the write moves after it.
+func writeEnd(p *uint32, odd uint32) {
+	atomic.StoreUint32(p, odd+1)
+}
+
 // SlotAddr returns slot s's source.
 func SlotAddr(s *bpf.AVSlot) bpf.Addr {
 	return bpf.Addr{Addr: s.Addr, Port: s.Port, Family: s.Family}
@@ -359,13 +377,13 @@ func (t *Table) PlaceAt(p *Probe, idx uint32, userID uint64, flags uint8, authKe
 	x := &t.aux[idx]
 	s := &t.slots[pos]
 	src := &p.src
-	atomic.AddUint32(&s.Seq, 1) // odd: XDP and readers skip the slot
+	seq := writeBegin(&s.Seq) // odd: XDP and readers skip the slot
 	atomic.StoreUint64(&x.UserId, userID)
 	atomic.StoreUint32(&x.Slot, pos)
 	atomic.StoreUint32(&x.Refcnt, 1)
 	s.FiAddr, s.Addr, s.Port, s.Flags, s.AuthKey = idx, src.Addr, src.Port, flags, authKey
 	s.Family = src.Family
-	atomic.AddUint32(&s.Seq, 1) // even: the new entry
+	writeEnd(&s.Seq, seq) // even: the new entry
 	t.hdr.Live++
 	return pos, nil
 }
@@ -417,13 +435,13 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 			for k := range uint32(2) {
 				if free := 2*alt + k; t.slots[free].Family == 0 {
 					// Found: move back along the path, last move first.
-					atomic.AddUint32(&t.hdr.Moves, 1)
+					moves := writeBegin(&t.hdr.Moves)
 					dst := free
 					for m := len(queue) - 1; queue[m].parent >= 0; m = queue[m].parent {
 						t.move(queue[m].from, dst)
 						dst = queue[m].from
 					}
-					atomic.AddUint32(&t.hdr.Moves, 1)
+					writeEnd(&t.hdr.Moves, moves)
 					return dst, true
 				}
 			}
@@ -436,16 +454,16 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 // from: the entry is in one of them at every instant.
 func (t *Table) move(from, to uint32) {
 	f, d := &t.slots[from], &t.slots[to]
-	atomic.AddUint32(&d.Seq, 1)
+	seq := writeBegin(&d.Seq)
 	d.FiAddr, d.Addr, d.Port, d.Flags, d.AuthKey = f.FiAddr, f.Addr, f.Port, f.Flags, f.AuthKey
 	d.Family = f.Family
-	atomic.AddUint32(&d.Seq, 1)
+	writeEnd(&d.Seq, seq)
 	if idx := f.FiAddr; idx < uint32(len(t.aux)) {
 		atomic.StoreUint32(&t.aux[idx].Slot, to)
 	}
-	atomic.AddUint32(&f.Seq, 1)
+	seq = writeBegin(&f.Seq)
 	f.Family = 0
-	atomic.AddUint32(&f.Seq, 1)
+	writeEnd(&f.Seq, seq)
 }
 
 // Update rewrites the user ID and flags of the entry in slot pos, under
@@ -456,10 +474,10 @@ func (t *Table) Update(pos uint32, userID uint64, flags uint8) {
 		return
 	}
 	s := &t.slots[pos]
-	atomic.AddUint32(&s.Seq, 1)
+	seq := writeBegin(&s.Seq)
 	atomic.StoreUint64(&t.aux[s.FiAddr].UserId, userID)
 	s.Flags = flags
-	atomic.AddUint32(&s.Seq, 1)
+	writeEnd(&s.Seq, seq)
 }
 
 // Remove removes the entry in slot pos and frees its index's entry. From
@@ -471,9 +489,9 @@ func (t *Table) Remove(pos uint32) {
 	}
 	s := &t.slots[pos]
 	idx := s.FiAddr
-	atomic.AddUint32(&s.Seq, 1)
+	seq := writeBegin(&s.Seq)
 	s.Family = 0
-	atomic.AddUint32(&s.Seq, 1)
+	writeEnd(&s.Seq, seq)
 	if idx < uint32(len(t.aux)) {
 		x := &t.aux[idx]
 		atomic.StoreUint32(&x.Refcnt, 0)

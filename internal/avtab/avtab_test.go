@@ -156,3 +156,28 @@ func TestBadHeaderRefused(t *testing.T) {
 		t.Error("index beyond the table resolved")
 	}
 }
+
+// A writer that died inside a slot write leaves its number odd: the next
+// write of the slot goes to the next odd number and ends even, so readers
+// see the slot again (an odd number made even by a blind increment would
+// invert what readers take for stable).
+func TestStuckSequenceNumber(t *testing.T) {
+	dp := load(t)
+	w := install(t, dp, 4, 64)
+	a := addr(3)
+	pos, err := w.Place(&a, 0, 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atomic.AddUint32(&w.slots[pos].Seq, 1) // the "crash"
+	if _, ok := w.ReadSlot(pos); ok {
+		t.Fatal("a slot with an odd number read as stable")
+	}
+	w.Update(pos, 2, 0)
+	if s, ok := w.ReadSlot(pos); !ok || s.Seq&1 != 0 || s.FiAddr != 0 {
+		t.Fatalf("after the next write: %+v %v", s, ok)
+	}
+	if uid, _, _ := w.Aux(0); uid != 2 {
+		t.Errorf("user ID %d, want 2", uid)
+	}
+}
