@@ -37,7 +37,7 @@ type AV struct {
 	// the table's high mark and the auth keys.
 	gen    uint64
 	tab    *avtab.Table
-	free   idxHeap
+	free   freeSet
 	keys   []authKey
 	eq     *EventQueue
 	closed bool
@@ -450,7 +450,7 @@ func (a *AV) destroyLocked() error {
 		return err
 	}
 	a.dp.ReturnAVEntries(live) // a whole AV: back to the node at once, not into this process's reserve
-	a.free, a.keys = nil, nil
+	a.free, a.keys = freeSet{}, nil
 	return a.dp.AVMeta.Put(a.id, &bpf.AVMeta{})
 }
 
@@ -515,7 +515,7 @@ func (a *AV) load(m bpf.AVMeta) error {
 		a.tab.Close()
 		a.tab = t
 	}
-	a.free = a.free[:0]
+	a.free.reset()
 	for idx := range a.tab.High() {
 		if _, _, refcnt := a.tab.Aux(idx); refcnt == 0 {
 			a.free.push(idx)

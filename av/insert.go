@@ -222,10 +222,11 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		return 0, fi.Code(err)
 	}
 	high := a.tab.High()
-	idx, fromFree := high, len(a.free) > 0
-	if fromFree {
-		idx = a.free.pop()
-	} else if high > MaxIndex {
+	idx, fromFree := a.free.pop()
+	if !fromFree {
+		idx = high
+	}
+	if !fromFree && high > MaxIndex {
 		a.dp.ReleaseAVEntries(1)
 		return 0, fi.ENOSPC
 	}
