@@ -9,7 +9,7 @@
 // the XDP program reads in place (xdpfab_avtab holds each AV's table at the
 // AV's id). Inserts, removes and lookups are loads and stores into that
 // mapping: no system call per entry, and no copy of the table in the Go
-// heap; the process keeps only the AV's free indices (a min-heap, for the
+// heap; the process keeps only the AV's free indices (a bitmap, for the
 // lowest free index) and its auth keys.
 //
 // # The table
