@@ -98,18 +98,37 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 		errnos = make([]fi.Errno, len(srcs))
 	}
 	changed := false
-	for i, s := range srcs {
-		// Start loading the buckets of a source a few ahead: their cache
-		// misses overlap this one's.
-		if j := i + touchAhead; j < len(srcs) && srcs[j].err == nil && srcs[j].ap.IsValid() {
+	// Probes of the sources ahead (ring[j%touchAhead] for source j), whose
+	// buckets are being loaded while earlier sources go in: their cache
+	// misses overlap, and the hash is computed once.
+	var ring [touchAhead]avtab.Probe
+	var have [touchAhead]bool
+	touch := func(j int) {
+		have[j%touchAhead] = false
+		if j < len(srcs) && srcs[j].err == nil && srcs[j].ap.IsValid() {
 			addr := bpf.MakeAddr(srcs[j].ap)
-			a.tab.Touch(&addr)
+			ring[j%touchAhead], have[j%touchAhead] = a.tab.Touch(&addr), true
+		}
+	}
+	if len(srcs) > 1 {
+		for j := range min(touchAhead, len(srcs)) {
+			touch(j)
+		}
+	}
+	for i, s := range srcs {
+		var probe *avtab.Probe
+		if have[i%touchAhead] {
+			p := ring[i%touchAhead]
+			probe = &p
+		}
+		if len(srcs) > 1 {
+			touch(i + touchAhead)
 		}
 		var in fi.Addr
 		if fiAddr != nil {
 			in = fiAddr[i]
 		}
-		idx, errno := a.insertOne(s, in, flags)
+		idx, errno := a.insertOne(s, in, flags, probe)
 		errnos[i] = errno
 		changed = changed || errno == 0
 		if fiAddr != nil {
@@ -171,8 +190,9 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 }
 
 // insertOne inserts one address into the table. XDP translates it from
-// the slot write on (Place), which comes after the index's entry.
-func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) {
+// the slot write on (Place), which comes after the index's entry. probe,
+// when not nil, is the address's probe from Touch.
+func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe) (uint32, fi.Errno) {
 	if s.err != nil {
 		return 0, fi.EADDRNOTAVAIL
 	}
@@ -189,7 +209,12 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		}
 		keyVal = a.keys[h].value
 	}
-	addr := bpf.MakeAddr(ap)
+	var p avtab.Probe
+	if probe != nil {
+		p = *probe
+	} else {
+		p = avtab.NewProbe(bpf.MakeAddr(ap))
+	}
 	userID := uint64(fi.AddrNotAvail)
 	var eflags uint8
 	if a.attr.Flags&fi.AVUserID != 0 {
@@ -200,7 +225,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		userID = uint64(in)
 	}
 
-	probe, pos, ok := a.tab.Locate(&addr)
+	pos, ok := a.tab.LocateProbe(&p)
 	if ok {
 		slot := a.tab.Slot(pos)
 		idx := slot.FiAddr
@@ -230,7 +255,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		a.dp.ReleaseAVEntries(1)
 		return 0, fi.ENOSPC
 	}
-	if err := a.place(&probe, idx, userID, eflags, keyVal); err != nil {
+	if err := a.place(&p, idx, userID, eflags, keyVal); err != nil {
 		if fromFree {
 			a.free.push(idx)
 		}

@@ -302,7 +302,23 @@ var ErrTableFull = errors.New("AV table: no free slot for the source")
 type Probe struct {
 	src    bpf.Addr
 	b1, b2 uint32
+	seed   uint64 // the table seed b1 and b2 come from
+	ok     bool   // b1 and b2 computed
 }
+
+// probe computes p's buckets in t unless p has them under t's seed (a
+// table rebuilt since has another).
+func (t *Table) probe(p *Probe) {
+	seed := atomic.LoadUint64(&t.hdr.Seed)
+	if p.ok && p.seed == seed {
+		return
+	}
+	p.b1, p.b2 = bpf.AVBuckets(bpf.AVHash(seed, p.src), uint32(len(t.slots)/2))
+	p.seed, p.ok = seed, true
+}
+
+// NewProbe is a probe of src whose buckets LocateProbe or PlaceAt compute.
+func NewProbe(src bpf.Addr) Probe { return Probe{src: src} }
 
 // Addr is the probe's source.
 func (p *Probe) Addr() bpf.Addr { return p.src }
@@ -312,30 +328,40 @@ func (p *Probe) Addr() bpf.Addr { return p.src }
 // holding it, or found false and where it may go (PlaceAt).
 func (t *Table) Locate(src *bpf.Addr) (p Probe, pos uint32, found bool) {
 	p.src = *src
-	if len(t.slots) == 0 {
-		return p, 0, false
+	pos, found = t.LocateProbe(&p)
+	return p, pos, found
+}
+
+// LocateProbe is Locate for a probe from Touch (its buckets are computed
+// again if the table was rebuilt since).
+func (t *Table) LocateProbe(p *Probe) (pos uint32, found bool) {
+	if len(t.slots) == 0 || t.hdr == nil {
+		return 0, false
 	}
-	p.b1, p.b2 = t.buckets(src)
+	t.probe(p)
+	src := &p.src
 	for _, q := range [4]uint32{2 * p.b1, 2*p.b1 + 1, 2 * p.b2, 2*p.b2 + 1} {
 		s := &t.slots[q]
 		if s.Family == src.Family && s.Family != 0 && s.Port == src.Port && s.Addr == src.Addr {
-			return p, q, true
+			return q, true
 		}
 	}
-	return p, 0, false
+	return 0, false
 }
 
 // Touch starts loading src's two buckets into the cache (a prefetch: it
-// does not wait for them), for a writer about to insert it: a batch
-// touches the sources ahead of the one it inserts, so that their cache
-// misses overlap.
-func (t *Table) Touch(src *bpf.Addr) {
-	if len(t.slots) == 0 {
-		return
+// does not wait for them), for a writer about to insert it, and returns
+// the probe for LocateProbe: a batch touches the sources ahead of the one
+// it inserts, so that their cache misses overlap.
+func (t *Table) Touch(src *bpf.Addr) Probe {
+	p := Probe{src: *src}
+	if len(t.slots) == 0 || t.hdr == nil {
+		return p
 	}
-	b1, b2 := t.buckets(src)
-	prefetch(uintptr(unsafe.Pointer(&t.slots[2*b1])))
-	prefetch(uintptr(unsafe.Pointer(&t.slots[2*b2])))
+	t.probe(&p)
+	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b1])))
+	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b2])))
+	return p
 }
 
 // Slot returns slot pos's contents for a writer (plain reads; the caller
@@ -370,6 +396,7 @@ func (t *Table) PlaceAt(p *Probe, idx uint32, userID uint64, flags uint8, authKe
 	if idx >= uint32(len(t.aux)) {
 		return 0, fmt.Errorf("AV table: index %d beyond capacity %d: %w", idx, len(t.aux), fi.ENOSPC)
 	}
+	t.probe(p)
 	pos, ok := t.freeSlot(p.b1, p.b2)
 	if !ok {
 		return 0, ErrTableFull
