@@ -41,8 +41,7 @@ func (a *Agent) status(withCounters bool) (ctl.Status, error) {
 	}
 	sort.Slice(s.Endpoints, func(i, j int) bool { return s.Endpoints[i].ID < s.Endpoints[j].ID })
 	s.Maps = []ctl.MapUsage{
-		{Name: bpf.MapAV, MaxEntries: a.dp.AV.MaxEntries(), Entries: count[bpf.AVKey, bpf.AVVal](a.dp.AV)},
-		{Name: bpf.MapAVRev, MaxEntries: a.dp.AVRev.MaxEntries(), Entries: count[bpf.RevKey, bpf.RevVal](a.dp.AVRev)},
+		{Name: bpf.MapAVTab, MaxEntries: a.dp.AVTab.MaxEntries(), Entries: a.avTables()},
 		{Name: bpf.MapAuthKey, MaxEntries: a.dp.AuthKey.MaxEntries(), Entries: count[bpf.RevKey, bpf.AuthKeyVal](a.dp.AuthKey)},
 		{Name: bpf.MapEP, MaxEntries: a.dp.EP.MaxEntries(), Entries: len(s.Endpoints)},
 		{Name: bpf.MapLocal, MaxEntries: a.dp.Local.MaxEntries(), Entries: count[bpf.Addr, uint32](a.dp.Local)},
@@ -62,6 +61,13 @@ func (a *Agent) status(withCounters bool) (ctl.Status, error) {
 	var err error
 	s.Counters, err = a.stats()
 	return s, err
+}
+
+// avTables counts the AVs that have a table (xdpfab_avtab); each table's
+// size follows its AV.
+func (a *Agent) avTables() int {
+	ids, _ := a.dp.AVTableIDs()
+	return len(ids)
 }
 
 // count counts a hash map's entries in batches (a syscall per 4096).

@@ -108,10 +108,12 @@ func (a *AV) LookupAuthKey(fiAddr fi.Addr, buf []byte) (int, error) {
 		switch {
 		case !isAddr:
 			return 0, fmt.Errorf("av lookup_auth_key: %v is neither an auth key nor an address of the AV: %w", fiAddr, fi.EINVAL)
-		case a.entries[idx].authKey == 0:
+		}
+		_, pos, _ := a.tab.Aux(idx)
+		s, _ := a.tab.ReadSlot(pos)
+		if h, ok = a.keyOf(s.AuthKey); !ok {
 			return 0, fmt.Errorf("av lookup_auth_key: fi_addr %v is bound to no auth key: %w", fiAddr, fi.ENOKEY)
 		}
-		h = a.entries[idx].authKey - 1
 	}
 	copy(buf, a.keys[h].key)
 	return len(a.keys[h].key), nil
@@ -157,13 +159,30 @@ func (a *AV) removeKeys(fiAddr []fi.Addr) error {
 }
 
 func (a *AV) keyUsers(h uint32) int {
-	n := 0
-	for i := range a.entries {
-		if a.entries[i].refcnt > 0 && a.entries[i].authKey == h+1 {
-			n++
+	n, value := 0, a.keys[h].value
+	for idx := range a.tab.High() {
+		if _, pos, refcnt := a.tab.Aux(idx); refcnt > 0 {
+			if s, _ := a.tab.ReadSlot(pos); s.AuthKey == value {
+				n++
+			}
 		}
 	}
 	return n
+}
+
+// keyOf returns the handle of the auth key whose wire value is value (a
+// table slot holds the value: the XDP program compares it with the
+// endpoint's); false for 0, no key. Values are unique within an AV.
+func (a *AV) keyOf(value uint32) (uint32, bool) {
+	if value == 0 {
+		return 0, false
+	}
+	for h := range a.keys {
+		if a.keys[h].value == value {
+			return uint32(h), true
+		}
+	}
+	return 0, false
 }
 
 // AcquireAuthKey enables an endpoint with auth key fa: it returns the key's

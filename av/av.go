@@ -11,18 +11,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/procid"
 	"github.com/xdpfab/xdpfab/loader"
 )
-
-// entry is one in-use AV index, as cached from the reverse table.
-type entry struct {
-	addr    bpf.Addr
-	userID  uint64
-	refcnt  uint32 // 0: the index is free
-	authKey uint32 // auth-key handle + 1, 0 = none
-	flags   uint32 // bpf.AVF*
-}
 
 // authKey is one auth-key handle.
 type authKey struct {
@@ -40,40 +32,56 @@ type AV struct {
 	shared   bool // named: other processes may change it
 	readOnly bool
 
-	// Guarded by dp.Lock(). The cache of the reverse table.
-	gen     uint64
-	entries []entry
-	byAddr  map[bpf.Addr]uint32
-	free    idxHeap
-	keys    []authKey
-	pending batch // FI_MORE inserts not yet written (private AVs only)
-	eq      *EventQueue
-	closed  bool
+	// Guarded by dp.Lock() and rw. The table is the AV (shared with XDP
+	// and other processes); the process keeps only the free indices below
+	// the table's high mark and the auth keys.
+	gen    uint64
+	tab    *avtab.Table
+	free   freeSet
+	keys   []authKey
+	eq     *EventQueue
+	closed bool
+	grown  int // tables this handle replaced (growth, rebuilds)
+	// Remove's scratch space for long lists, kept between calls.
+	rmAt     map[uint32]int
+	rmCounts []count
 
 	bound atomic.Int32 // endpoints bound
 
-	// rw guards the cache against Resolve, which takes only its read side.
-	// Every other method holds it for writing together with the dataplane
-	// lock (see lock).
+	// What lock took, for unlock (guarded by rw).
+	dpUnlock, unlockFn func()
+
+	// rw guards the fields above and the table's mapping against Resolve
+	// and the lookups, which take only its read side. Every other method
+	// holds it for writing together with the dataplane lock (see lock).
 	rw sync.RWMutex
 }
 
 // lock takes the dataplane lock (all AV changes of the node, serialised)
-// and the AV's cache lock.
+// and the AV's own lock.
 func (a *AV) lock() (unlock func()) {
 	dpUnlock := a.dp.Lock()
 	a.rw.Lock()
-	return func() {
-		a.rw.Unlock()
-		dpUnlock()
+	a.dpUnlock = dpUnlock
+	if a.unlockFn == nil {
+		a.unlockFn = a.unlock // one method value, not a closure per call
 	}
+	return a.unlockFn
+}
+
+func (a *AV) unlock() {
+	dpUnlock := a.dpUnlock
+	a.dpUnlock = nil
+	a.rw.Unlock()
+	dpUnlock()
 }
 
 // Resolve returns the address at index fa for the transmit path: a read of
-// the process's cache under a read lock, with no system call. A named AV
-// changed by another process is seen from this process's next other AV
-// call on (which re-reads it), or from a miss here: an index this process
-// does not know re-reads the AV if another process changed it.
+// the AV's table under a read lock, with no system call. Another process's
+// change to a named AV is seen at once, unless it replaced the table
+// (growth), or this process reads a copy of the table: then from this
+// process's next other AV call on, which re-opens or re-reads it, or from
+// a miss here, which does the same.
 func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
 	if a == nil || a.dp == nil {
 		return netip.AddrPort{}, false
@@ -83,30 +91,34 @@ func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
 		a.rw.RUnlock()
 		return netip.AddrPort{}, false
 	}
-	idx, ok := a.index(fa)
-	if ok || !a.shared {
-		defer a.rw.RUnlock()
-		if !ok {
-			return netip.AddrPort{}, false
-		}
-		return a.entries[idx].addr.AddrPort(), true
+	if ap, ok := a.resolveLocked(fa); ok || !a.shared {
+		a.rw.RUnlock()
+		return ap, ok
 	}
 	a.rw.RUnlock()
-	// A named AV another process changed (the agent inserted a peer for
-	// this one): a miss reloads the cache if its generation moved.
+	// A named AV another process changed in a way this process does not
+	// see yet (it grew the table, or this process reads a copy: an
+	// application's view through the agent, where the agent just inserted
+	// the peer): a miss re-reads it if it changed.
 	unlock := a.lock()
 	defer unlock()
 	if a.begin(false) != nil {
 		return netip.AddrPort{}, false
 	}
-	if idx, ok = a.index(fa); !ok {
-		return netip.AddrPort{}, false
-	}
-	return a.entries[idx].addr.AddrPort(), true
+	return a.resolveLocked(fa)
 }
 
-// maxPending bounds FI_MORE deferral; past it the batch is written.
-const maxPending = 4096
+func (a *AV) resolveLocked(fa fi.Addr) (netip.AddrPort, bool) {
+	idx, ok := a.index(fa)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	addr, ok := a.tab.Addr(idx)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return addr.AddrPort(), true
+}
 
 // Open opens an address vector on dp (fi_av_open). attr.Type UNSPEC is
 // replaced by the type chosen. A named AV is created unless it exists; with
@@ -121,9 +133,7 @@ func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
 	if err := attr.validate(); err != nil {
 		return nil, err
 	}
-	// Count is a hint: the cache preallocates no more than the maps hold.
-	hint := min(attr.Count, int(dp.Config().AVEntries))
-	a := &AV{dp: dp, attr: *attr, byAddr: make(map[bpf.Addr]uint32, hint)}
+	a := &AV{dp: dp, attr: *attr}
 	if a.attr.Type == TypeUnspec {
 		a.attr.Type = TypeTable
 	}
@@ -131,7 +141,6 @@ func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
 		a.attr.AddrFormat = fi.FormatSockaddr
 	}
 	a.attr.MapAddr = 0
-	a.entries = make([]entry, 0, hint)
 	a.readOnly = attr.Flags&fi.Read != 0
 	a.shared = attr.Name != ""
 
@@ -142,10 +151,8 @@ func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
 		return nil, err
 	}
 	if a.shared {
-		for id, m := range metas {
-			if m.InUse != 0 && m.NameString() == attr.Name {
-				return a.adopt(uint32(id), m, attr)
-			}
+		if id, ok := findNamed(metas, attr.Name); ok {
+			return a.adopt(id, metas[id], attr)
 		}
 		if a.readOnly {
 			return nil, fmt.Errorf("av open %q read-only: no such AV: %w", attr.Name, fi.ENOENT)
@@ -174,10 +181,26 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 		m.OwnerUid, m.GroupGid = o.UID, o.Group
 	}
 	copy(m.Name[:], a.attr.Name)
+	// The table: sized by the count hint, bounded by the node's AV
+	// capacity (nothing is reserved for it until inserts: capacity.go).
+	hint := uint32(min(max(a.attr.Count, 0), MaxIndex+1))
+	if limit := a.dp.Config().AVEntries; limit > 0 {
+		hint = min(hint, limit)
+	}
+	t, err := avtab.New(a.dp, id, hint)
+	if err != nil {
+		return nil, fmt.Errorf("av open: %w", err)
+	}
+	if err := avtab.Install(a.dp, id, t); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("av open: %w", err)
+	}
 	if err := a.dp.AVMeta.Put(id, &m); err != nil {
+		a.dp.DeleteAVTable(id)
+		t.Close()
 		return nil, fmt.Errorf("av open: write AV slot %d: %w", id, err)
 	}
-	a.id, a.gen = id, m.Generation
+	a.id, a.gen, a.tab = id, m.Generation, t
 	attr.Type, attr.AddrFormat, attr.MapAddr = a.attr.Type, a.attr.AddrFormat, 0
 	return a, nil
 }
@@ -248,7 +271,7 @@ func checkDataplane(op string, dp *loader.Objects) error {
 	switch {
 	case dp == nil:
 		return fmt.Errorf("%s: nil dataplane: %w", op, fi.EINVAL)
-	case dp.AV == nil || dp.AVRev == nil || dp.AVMeta == nil || dp.AuthKey == nil:
+	case dp.AVTab == nil || dp.AVMeta == nil || dp.AuthKey == nil:
 		return fmt.Errorf("%s: dataplane not loaded (zero loader.Objects or missing AV maps): %w", op, fi.EINVAL)
 	}
 	return nil
@@ -298,9 +321,9 @@ func (a *AV) UnbindEndpoint() {
 }
 
 // Close closes the AV (fi_close). It fails with EBUSY while endpoints are
-// bound. An anonymous AV's entries are removed from the maps (forward map
-// first, so XDP stops translating before indices are freed); a named AV's
-// entries stay for the other processes and later opens (see Destroy).
+// bound. An anonymous AV's table is removed (XDP stops translating its
+// sources); a named AV's entries stay for the other processes and later
+// opens (see Destroy).
 // Closing a closed AV returns nil, and so does closing a nil or zero AV
 // (there is nothing to release).
 func (a *AV) Close() error {
@@ -315,14 +338,13 @@ func (a *AV) Close() error {
 	if n := a.bound.Load(); n > 0 {
 		return fmt.Errorf("av close: %d endpoint(s) still bound: %w", n, fi.EBUSY)
 	}
-	if err := a.flushLocked(a.pending.mark()); err != nil {
-		return fmt.Errorf("av close: %w", err)
-	}
 	if !a.shared {
 		if err := a.destroyLocked(); err != nil {
 			return fmt.Errorf("av close: %w", err)
 		}
 	}
+	a.tab.Close()
+	a.tab = nil
 	a.closed = true
 	if a.eq != nil {
 		a.eq.unbind()
@@ -340,21 +362,21 @@ func Destroy(dp *loader.Objects, name string) error {
 	// AV in between.
 	unlock := dp.Lock()
 	defer unlock()
-	a := &AV{dp: dp, byAddr: map[bpf.Addr]uint32{}, closed: true}
+	a := &AV{dp: dp, closed: true}
 	metas, err := a.readMetas()
 	if err != nil {
 		return fmt.Errorf("av destroy %q: %w", name, err)
 	}
-	for id, m := range metas {
-		if m.InUse != 0 && name != "" && m.NameString() == name {
-			a.id = uint32(id)
-			if err := a.load(m); err != nil {
-				return fmt.Errorf("av destroy %q: %w", name, err)
-			}
-			return a.destroyLocked()
-		}
+	id, ok := findNamed(metas, name)
+	if !ok {
+		return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
 	}
-	return fmt.Errorf("av destroy %q: no such AV: %w", name, fi.ENOENT)
+	a.id = id
+	if err := a.load(metas[id]); err != nil && !errors.Is(err, fi.ENOENT) {
+		return fmt.Errorf("av destroy %q: %w", name, err)
+	}
+	defer a.tab.Close()
+	return a.destroyLocked()
 }
 
 // OwnerOf returns the owner recorded for the named AV in dp.
@@ -366,10 +388,8 @@ func OwnerOf(dp *loader.Objects, name string) (Owner, error) {
 	if err != nil {
 		return Owner{}, fmt.Errorf("av owner %q: %w", name, err)
 	}
-	for _, m := range metas {
-		if m.InUse != 0 && name != "" && m.NameString() == name {
-			return Owner{UID: m.OwnerUid, Group: m.GroupGid}, nil
-		}
+	if id, ok := findNamed(metas, name); ok {
+		return Owner{UID: metas[id].OwnerUid, Group: metas[id].GroupGid}, nil
 	}
 	return Owner{}, fmt.Errorf("av owner %q: no such AV: %w", name, fi.ENOENT)
 }
@@ -383,12 +403,23 @@ func Exists(dp *loader.Objects, name string) bool {
 	if err != nil {
 		return false
 	}
-	for _, m := range metas {
-		if m.InUse != 0 && m.NameString() == name {
-			return true
+	_, ok := findNamed(metas, name)
+	return ok
+}
+
+// findNamed is the one scan of the AV slots for a named AV (Open,
+// Destroy, OwnerOf, Exists): the slot of the AV in use called name; false
+// for none, and for the empty name (anonymous AVs have no name to find).
+func findNamed(metas []bpf.AVMeta, name string) (uint32, bool) {
+	if name == "" {
+		return 0, false
+	}
+	for id := 1; id < len(metas); id++ {
+		if metas[id].InUse != 0 && metas[id].NameString() == name {
+			return uint32(id), true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // DestroyOrphan removes the anonymous AV id if the process pid, started at
@@ -408,27 +439,24 @@ func DestroyOrphan(dp *loader.Objects, id, pid uint32, start uint64) error {
 	if m.InUse == 0 || m.OwnerPid != pid || m.OwnerStart != start || m.NameString() != "" {
 		return fmt.Errorf("av destroy %d: not an anonymous AV of pid %d: %w", id, pid, fi.ENOENT)
 	}
-	a := &AV{dp: dp, id: id, byAddr: map[bpf.Addr]uint32{}, closed: true}
-	if err := a.load(m); err != nil {
+	a := &AV{dp: dp, id: id, closed: true}
+	if err := a.load(m); err != nil && !errors.Is(err, fi.ENOENT) {
 		return fmt.Errorf("av destroy %d: %w", id, err)
 	}
+	defer a.tab.Close()
 	return a.destroyLocked()
 }
 
-// destroyLocked deletes every entry, every auth key and the AV's slot.
+// destroyLocked deletes the AV's table (XDP stops translating its
+// sources), its auth keys and its slot, and gives its entries' capacity
+// back to the node. Other processes that mapped the table see it retired.
 func (a *AV) destroyLocked() error {
-	var fk []bpf.AVKey
-	var rk []bpf.RevKey
-	for i := range a.entries {
-		if e := &a.entries[i]; e.refcnt > 0 {
-			fk = append(fk, bpf.AVKey{AvId: a.id, Src: e.addr})
-			rk = append(rk, bpf.RevKey{AvId: a.id, Index: uint32(i)})
-		}
+	live := 0
+	if a.tab != nil {
+		live = int(a.tab.Live())
+		a.tab.MarkRetired(true)
 	}
-	if err := batchDelete(a.dp.AV, fk); err != nil {
-		return err
-	}
-	if err := batchDelete(a.dp.AVRev, rk); err != nil {
+	if err := a.dp.DeleteAVTable(a.id); err != nil {
 		return err
 	}
 	var kk []bpf.RevKey
@@ -440,8 +468,8 @@ func (a *AV) destroyLocked() error {
 	if err := batchDelete(a.dp.AuthKey, kk); err != nil {
 		return err
 	}
-	a.dp.ReturnAVEntries(len(fk)) // a whole AV: back to the node at once, not into this process's reserve
-	a.entries, a.byAddr, a.free, a.keys = nil, map[bpf.Addr]uint32{}, nil, nil
+	a.dp.ReturnAVEntries(live) // a whole AV: back to the node at once, not into this process's reserve
+	a.free, a.keys = freeSet{}, nil
 	return a.dp.AVMeta.Put(a.id, &bpf.AVMeta{})
 }
 
@@ -466,7 +494,7 @@ func (a *AV) begin(write bool) error {
 		a.closed = true
 		return fmt.Errorf("AV %q was destroyed: %w", a.attr.Name, fi.EOPBADSTATE)
 	}
-	if m.Generation == a.gen {
+	if m.Generation == a.gen && a.tab != nil && !a.tab.Retired() {
 		return nil
 	}
 	return a.load(m)
@@ -489,11 +517,29 @@ func (a *AV) commit() error {
 	return nil
 }
 
-// load rebuilds the cache from the reverse and auth-key tables.
+// load (re-)reads what the process keeps of a named AV: the table's
+// mapping (re-opened when it was replaced), the free indices and the auth
+// keys.
 func (a *AV) load(m bpf.AVMeta) error {
-	a.entries = a.entries[:0]
-	clear(a.byAddr)
-	a.free = a.free[:0]
+	if a.tab != nil {
+		if err := a.tab.Refresh(); err != nil {
+			return fmt.Errorf("read AV %d: %w", a.id, err)
+		}
+	}
+	if a.tab == nil || a.tab.Retired() {
+		t, err := avtab.Open(a.dp, a.id, a.readOnly)
+		if err != nil {
+			return fmt.Errorf("read AV %d: %w", a.id, err)
+		}
+		a.tab.Close()
+		a.tab = t
+	}
+	a.free.reset()
+	for idx := range a.tab.High() {
+		if _, _, refcnt := a.tab.Aux(idx); refcnt == 0 {
+			a.free.push(idx)
+		}
+	}
 	// Endpoints' use of auth keys is this process's own count: keep it.
 	inUse := map[uint32]int{}
 	for _, k := range a.keys {
@@ -502,25 +548,7 @@ func (a *AV) load(m bpf.AVMeta) error {
 		}
 	}
 	a.keys = a.keys[:0]
-	err := forEach(a.dp.AVRev, func(k bpf.RevKey, v bpf.RevVal) {
-		if k.AvId != a.id {
-			return
-		}
-		for uint32(len(a.entries)) <= k.Index {
-			a.entries = append(a.entries, entry{})
-		}
-		a.entries[k.Index] = entry{addr: v.Addr, userID: v.UserId, refcnt: v.Refcnt, authKey: v.AuthKey, flags: v.Flags}
-		a.byAddr[v.Addr] = k.Index
-	})
-	if err != nil {
-		return fmt.Errorf("read AV %d: %w", a.id, err)
-	}
-	for i := range a.entries {
-		if a.entries[i].refcnt == 0 {
-			a.free.push(uint32(i))
-		}
-	}
-	err = forEach(a.dp.AuthKey, func(k bpf.RevKey, v bpf.AuthKeyVal) {
+	err := forEach(a.dp.AuthKey, func(k bpf.RevKey, v bpf.AuthKeyVal) {
 		if k.AvId != a.id {
 			return
 		}
@@ -566,16 +594,4 @@ func batchDelete[K any](m *ebpf.Map, keys []K) error {
 		keys = keys[n:]
 	}
 	return nil
-}
-
-func batchUpdate[K, V any](m *ebpf.Map, keys []K, vals []V) (int, error) {
-	done := 0
-	for done < len(keys) {
-		n, err := m.BatchUpdate(keys[done:], vals[done:], nil)
-		done += n
-		if err != nil {
-			return done, fmt.Errorf("write %s: %w", m, err)
-		}
-	}
-	return done, nil
 }

@@ -60,6 +60,7 @@ func BenchmarkInsert(b *testing.B) {
 			a.Insert(nil, nil, 0, nil)
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/address")
+			b.ReportMetric(float64(av.Rebuilds(a)), "rebuilds")
 		})
 	}
 }
@@ -103,4 +104,40 @@ func BenchmarkRemove(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/address")
 		})
 	}
+}
+
+// Lookup of a random fi_addr (fi_av_lookup) in an AV of 2^16 entries:
+// LookupAddr and Lookup into a sockaddr buffer.
+func BenchmarkLookup(b *testing.B) {
+	const n = 1 << 16
+	dp := newDP(b, 2*n)
+	a := openAV(b, dp, av.Attr{Count: n})
+	addrs := make([]netip.AddrPort, n)
+	for j := range addrs {
+		addrs[j] = benchAddr(j)
+	}
+	if _, err := a.Insert(addrs, nil, 0, nil); err != nil {
+		b.Fatal(err)
+	}
+	idx := make([]fi.Addr, 1<<12)
+	for i := range idx {
+		idx[i] = fi.Addr((i * 40503) % n)
+	}
+	b.Run("LookupAddr", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := a.LookupAddr(idx[i&(len(idx)-1)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Lookup", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 28)
+		for i := 0; b.Loop(); i++ {
+			if _, err := a.Lookup(idx[i&(len(idx)-1)], buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -3,13 +3,63 @@
 // a datagram's source (IP address, UDP port) into the peer's fi_addr or user
 // ID before user space sees the frame.
 //
-// An AV is opened on a loader.Objects. Its entries live in two maps: the
-// forward map xdpfab_av, (AV, source) -> fi_addr, read by XDP per packet,
-// and the reverse table xdpfab_avrev, (AV, index) -> address, which is the
-// source of truth for user space and for other processes sharing a named
-// AV. The process keeps a cache of the reverse table; a named AV re-reads
-// it when the AV's generation (xdpfab_avmeta) shows another process changed
-// it.
+// An AV is opened on a loader.Objects. Its entries live in its table: one
+// BPF array map per AV, created with BPF_F_MMAPABLE and sized by the AV
+// (its count hint, then growth), which this process maps into memory and
+// the XDP program reads in place (xdpfab_avtab holds each AV's table at the
+// AV's id). Inserts, removes and lookups are loads and stores into that
+// mapping: no system call per entry, and no copy of the table in the Go
+// heap; the process keeps only the AV's free indices (a bitmap, for the
+// lowest free index) and its auth keys.
+//
+// # The table
+//
+// Line 0 of the table is its header (hash seed, geometry, counts); then a
+// forward index of buckets, one 64-byte cache line each, holding two
+// 32-byte slots (source address, port and family inline, fi_addr, flags,
+// auth key value, sequence number); then 16 bytes per index (user ID, the
+// index's slot, its reference count). A source hashes (seeded per table) to
+// two buckets and sits in one of their four slots: the XDP program reads
+// the first bucket's line, and the second only when the source is not in
+// the first, both at addresses known from the hash. An insert whose two
+// buckets are full moves entries to their other bucket (cuckoo hashing);
+// when that fails, or the AV outgrows the table's indices, a new table is
+// built (new seed, twice the size when needed) and swapped in.
+//
+// # Concurrency
+//
+// All writers, in every process, hold the dataplane lock
+// (loader.Objects.Lock); within the process the AV's own lock also
+// serialises them against Resolve and the lookups, which take it for
+// reading only. The XDP program and readers in other processes take no
+// lock: each slot carries a sequence number that a writer makes odd before
+// it changes the slot (or the index's user ID) and even after, and a reader
+// uses what it read only when the number was the same even value before and
+// after; a lookup that missed while the header's move count changed looks
+// again. So a frame is never translated with one entry's address and
+// another's fi_addr or user ID. Remove empties the slot before it frees the
+// index, and an insert writes the index's entry before the slot that makes
+// it visible, so from Remove's return on no XDP run that starts translates
+// the removed source. A swapped-out table stays mapped until an RCU grace
+// period has passed (loader.WaitReaders), so that no XDP run still reads it.
+// The memory-ordering assumptions per architecture are in
+// docs/platform.md#the-av-table-and-memory-ordering.
+//
+// # Why this layout
+//
+// The kernel's hash maps made every insert a system call per map and every
+// packet two dependent cache misses (bucket, then element), and they are
+// preallocated for the node's capacity. Memory-mapped arrays make the
+// writes plain stores and let the table follow each AV's size; keys inline
+// in cache-line buckets make a lookup one line in the common case. A BPF
+// arena would do as well but needs a newer compiler for the XDP side than
+// this project builds with. docs/ARCHITECTURE.md#the-av-table has more.
+//
+// Named AVs are shared by the processes on the node that open the same
+// pins: writers map the table read-write, readers (FI_READ) read-only;
+// a reader that may open the table only read-only (Linux maps a BPF map only
+// through a descriptor opened for writing) works on a copy that it re-reads
+// when the AV's generation (xdpfab_avmeta) shows a change.
 //
 // Semantics follow fi_av(3), with the choices it leaves open made as
 // docs/semantics.md#address-vector records: lowest free index,

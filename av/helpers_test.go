@@ -8,10 +8,10 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
@@ -84,31 +84,54 @@ func wantXDP(tb testing.TB, dp *loader.Objects, a *av.AV, src netip.AddrPort, wa
 	return m
 }
 
-// mapState is every map entry belonging to an AV, to prove a call changed
-// nothing.
+// mapState is everything the kernel holds of an AV, read through a
+// mapping of its own (not the AV's): its table's forward index (source ->
+// translation) and index entries, and its auth keys, to prove a call
+// changed nothing.
 type mapState struct {
-	fwd map[bpf.AVKey]bpf.AVVal
-	rev map[bpf.RevKey]bpf.RevVal
+	fwd map[bpf.Addr]bpf.AVVal
+	rev map[uint32]revVal
 	key map[bpf.RevKey]bpf.AuthKeyVal
+}
+
+// revVal is one in-use index of a table.
+type revVal struct {
+	Addr   bpf.Addr
+	UserId uint64
+	Refcnt uint32
 }
 
 func snapshot(tb testing.TB, dp *loader.Objects, id uint32) mapState {
 	tb.Helper()
-	s := mapState{map[bpf.AVKey]bpf.AVVal{}, map[bpf.RevKey]bpf.RevVal{}, map[bpf.RevKey]bpf.AuthKeyVal{}}
-	var fk bpf.AVKey
-	var fv bpf.AVVal
-	for it := dp.AV.Iterate(); it.Next(&fk, &fv); {
-		if fk.AvId == id {
-			s.fwd[fk] = fv
+	s := mapState{map[bpf.Addr]bpf.AVVal{}, map[uint32]revVal{}, map[bpf.RevKey]bpf.AuthKeyVal{}}
+	t, err := avtab.Open(dp, id, true)
+	switch {
+	case errors.Is(err, fi.ENOENT):
+	case err != nil:
+		tb.Fatal(err)
+	default:
+		defer t.Close()
+		for idx := range t.High() {
+			uid, pos, refcnt := t.Aux(idx)
+			if refcnt == 0 {
+				continue
+			}
+			slot, ok := t.ReadSlot(pos)
+			if !ok || slot.FiAddr != idx {
+				tb.Fatalf("index %d: slot %d holds %+v", idx, pos, slot)
+			}
+			src := avtab.SlotAddr(&slot)
+			s.rev[idx] = revVal{Addr: src, UserId: uid, Refcnt: refcnt}
+			if p, _, ok := t.Find(&src); !ok || p != pos {
+				tb.Fatalf("index %d: %v not found at its slot %d", idx, src.AddrPort(), pos)
+			}
+			s.fwd[src] = bpf.AVVal{FiAddr: uint64(idx), UserId: uid, AuthKey: slot.AuthKey, Flags: uint32(slot.Flags)}
+		}
+		if int(t.Live()) != len(s.fwd) {
+			tb.Fatalf("table header counts %d entries, holds %d", t.Live(), len(s.fwd))
 		}
 	}
 	var rk bpf.RevKey
-	var rv bpf.RevVal
-	for it := dp.AVRev.Iterate(); it.Next(&rk, &rv); {
-		if rk.AvId == id {
-			s.rev[rk] = rv
-		}
-	}
 	var kv bpf.AuthKeyVal
 	for it := dp.AuthKey.Iterate(); it.Next(&rk, &kv); {
 		if rk.AvId == id {
@@ -158,15 +181,10 @@ func unchanged(tb testing.TB, dp *loader.Objects, a *av.AV, want error, fn func(
 	}
 }
 
-func revEntry(tb testing.TB, dp *loader.Objects, a *av.AV, idx fi.Addr) (bpf.RevVal, bool) {
+func revEntry(tb testing.TB, dp *loader.Objects, a *av.AV, idx fi.Addr) (revVal, bool) {
 	tb.Helper()
-	var v bpf.RevVal
-	err := dp.AVRev.Lookup(bpf.RevKey{AvId: a.ID(), Index: uint32(idx)}, &v)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return v, false
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return v, true
+	v, ok := snapshot(tb, dp, a.ID()).rev[uint32(idx)]
+	return v, ok
 }
+
+func bpfAddr(ap netip.AddrPort) bpf.Addr { return bpf.MakeAddr(ap) }

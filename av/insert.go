@@ -1,11 +1,13 @@
 package av
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 )
 
 // source is one address to insert, or why it cannot be.
@@ -23,8 +25,8 @@ const insertFlags = fi.More | fi.SyncErr | fi.AVUserID | fi.AuthKey
 // (AVs opened without it) or fi.AuthKey, fiAddr is also input: the user ID,
 // or the auth-key handle from InsertAuthKey, of each address.
 //
-// flags: fi.More defers the map writes until a call without it (private
-// AVs; a named AV writes every call); fi.SyncErr makes ctx a []fi.Errno of
+// flags: fi.More is accepted (the table is written without system calls,
+// so there is nothing to defer: docs/semantics.md#fi_more); fi.SyncErr makes ctx a []fi.Errno of
 // len(addrs) receiving 0 or each element's errno. On an AV opened with
 // fi.Event the result goes to the bound EventQueue, with ctx as context,
 // and Insert returns 0.
@@ -35,7 +37,13 @@ func (a *AV) Insert(addrs []netip.AddrPort, fiAddr []fi.Addr, flags fi.Flags, ct
 	if err := a.usable("av insert"); err != nil {
 		return 0, err
 	}
-	srcs := make([]source, len(addrs))
+	var small [8]source
+	var srcs []source
+	if len(addrs) <= len(small) {
+		srcs = small[:len(addrs)]
+	} else {
+		srcs = make([]source, len(addrs))
+	}
 	for i, ap := range addrs {
 		srcs[i].ap = ap
 	}
@@ -82,15 +90,47 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 	if err := a.begin(true); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	m := a.pending.mark()
-	errnos := make([]fi.Errno, len(srcs))
+	var small [8]fi.Errno
+	var errnos []fi.Errno
+	if len(srcs) <= len(small) {
+		errnos = small[:len(srcs)]
+	} else {
+		errnos = make([]fi.Errno, len(srcs))
+	}
+	changed := false
+	// Probes of the sources ahead (ring[j%touchAhead] for source j), whose
+	// buckets are being loaded while earlier sources go in: their cache
+	// misses overlap, and the hash is computed once.
+	var ring [touchAhead]avtab.Probe
+	var have [touchAhead]bool
+	touch := func(j int) {
+		have[j%touchAhead] = false
+		if j < len(srcs) && srcs[j].err == nil && srcs[j].ap.IsValid() {
+			addr := bpf.MakeAddr(srcs[j].ap)
+			ring[j%touchAhead], have[j%touchAhead] = a.tab.Touch(&addr), true
+		}
+	}
+	if len(srcs) > 1 {
+		for j := range min(touchAhead, len(srcs)) {
+			touch(j)
+		}
+	}
 	for i, s := range srcs {
+		var probe *avtab.Probe
+		if have[i%touchAhead] {
+			p := ring[i%touchAhead]
+			probe = &p
+		}
+		if len(srcs) > 1 {
+			touch(i + touchAhead)
+		}
 		var in fi.Addr
 		if fiAddr != nil {
 			in = fiAddr[i]
 		}
-		idx, errno := a.insertOne(s, in, flags)
+		idx, errno := a.insertOne(s, in, flags, probe)
 		errnos[i] = errno
+		changed = changed || errno == 0
 		if fiAddr != nil {
 			fiAddr[i] = fi.AddrNotAvail
 			if errno == 0 {
@@ -98,24 +138,17 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 			}
 		}
 	}
-
-	deferred := flags&fi.More != 0 && !a.shared && len(a.pending.revK) < maxPending
-	if !deferred {
-		if err := a.flushLocked(m); err != nil {
-			// Everything this call staged was undone.
-			for i := range errnos {
-				if errnos[i] == 0 {
-					errnos[i] = fi.Code(err)
-				}
-				if fiAddr != nil {
-					fiAddr[i] = fi.AddrNotAvail
-				}
-			}
-			return a.report(op, errnos, status, ctx, err)
+	if changed {
+		if err := a.commit(); err != nil {
+			return a.report(op, errnos, status, ctx, fmt.Errorf("inserted, but publishing the change failed: %w", err))
 		}
 	}
 	return a.report(op, errnos, status, ctx, nil)
 }
+
+// touchAhead is how far ahead of the address it inserts a batch insert
+// touches the table (avtab.Table.Touch).
+const touchAhead = 8
 
 // checkInsert validates the call as a whole; it changes nothing.
 func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {
@@ -156,8 +189,10 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 	return status, nil
 }
 
-// insertOne inserts one address into the cache and stages its map writes.
-func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) {
+// insertOne inserts one address into the table. XDP translates it from
+// the slot write on (Place), which comes after the index's entry. probe,
+// when not nil, is the address's probe from Touch.
+func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe) (uint32, fi.Errno) {
 	if s.err != nil {
 		return 0, fi.EADDRNOTAVAIL
 	}
@@ -166,17 +201,22 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 	if !ap.IsValid() || ap.Port() == 0 || ip.IsUnspecified() || ip.Zone() != "" || !a.attr.familyOK(ap) {
 		return 0, fi.EADDRNOTAVAIL
 	}
-	var keyRef uint32
+	var keyVal uint32
 	if flags&fi.AuthKey != 0 {
 		h, ok := a.keyHandle(in)
 		if !ok {
 			return 0, fi.EINVAL
 		}
-		keyRef = h + 1
+		keyVal = a.keys[h].value
 	}
-	addr := bpf.MakeAddr(ap)
+	var p avtab.Probe
+	if probe != nil {
+		p = *probe
+	} else {
+		p = avtab.NewProbe(bpf.MakeAddr(ap))
+	}
 	userID := uint64(fi.AddrNotAvail)
-	var eflags uint32
+	var eflags uint8
 	if a.attr.Flags&fi.AVUserID != 0 {
 		eflags |= bpf.AVFUserID
 	}
@@ -185,44 +225,120 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) 
 		userID = uint64(in)
 	}
 
-	if idx, ok := a.byAddr[addr]; ok {
-		e := &a.entries[idx]
-		if e.authKey != keyRef {
+	pos, ok := a.tab.LocateProbe(&p)
+	if ok {
+		slot := a.tab.Slot(pos)
+		idx := slot.FiAddr
+		uid, _, refcnt := a.tab.Aux(idx)
+		if slot.AuthKey != keyVal {
 			return 0, fi.EINVAL // the address is in the AV under another auth key
 		}
-		if e.refcnt == ^uint32(0) {
+		if refcnt == ^uint32(0) {
 			return 0, fi.EOVERFLOW
 		}
-		a.pending.prior = append(a.pending.prior, priorEntry{idx, *e})
-		e.refcnt++
-		fwd := false
-		if flags&fi.AVUserID != 0 && (e.userID != userID || e.flags&bpf.AVFUserID == 0) {
-			e.userID, e.flags = userID, e.flags|bpf.AVFUserID
-			fwd = true
+		a.tab.SetRefcnt(idx, refcnt+1)
+		if flags&fi.AVUserID != 0 && (uid != userID || slot.Flags&bpf.AVFUserID == 0) {
+			a.tab.Update(pos, userID, slot.Flags|bpf.AVFUserID)
 		}
-		a.stage(idx, fwd)
 		return idx, 0
 	}
 
 	if err := a.dp.ReserveAVEntries(1); err != nil {
 		return 0, fi.Code(err)
 	}
-	var idx uint32
-	if len(a.free) > 0 {
-		idx = a.free.pop()
-	} else {
-		if len(a.entries) > MaxIndex {
-			a.dp.ReleaseAVEntries(1)
-			return 0, fi.ENOSPC
-		}
-		idx = uint32(len(a.entries))
-		a.entries = append(a.entries, entry{})
+	high := a.tab.High()
+	idx, fromFree := a.free.pop()
+	if !fromFree {
+		idx = high
 	}
-	a.entries[idx] = entry{addr: addr, userID: userID, refcnt: 1, authKey: keyRef, flags: eflags}
-	a.byAddr[addr] = idx
-	a.pending.fresh = append(a.pending.fresh, idx)
-	a.stage(idx, true)
+	if !fromFree && high > MaxIndex {
+		a.dp.ReleaseAVEntries(1)
+		return 0, fi.ENOSPC
+	}
+	if err := a.place(&p, idx, userID, eflags, keyVal); err != nil {
+		if fromFree {
+			a.free.push(idx)
+		}
+		a.dp.ReleaseAVEntries(1)
+		return 0, fi.Code(err)
+	}
+	if idx >= high {
+		a.tab.SetHigh(idx + 1)
+	}
 	return idx, 0
+}
+
+// place writes a new entry, first growing the table when idx is beyond
+// its capacity, or rebuilding it when no slot could be freed for the
+// source (a new seed; from the second time on, twice the size).
+func (a *AV) place(probe *avtab.Probe, idx uint32, userID uint64, flags uint8, keyVal uint32) error {
+	for attempt := 0; ; attempt++ {
+		t := a.tab
+		if idx < t.Cap() {
+			_, err := t.PlaceAt(probe, idx, userID, flags, keyVal)
+			if !errors.Is(err, avtab.ErrTableFull) {
+				return err
+			}
+		}
+		capa := t.Cap()
+		switch {
+		case attempt >= 4:
+			return fmt.Errorf("no slot for %v after %d table rebuilds: %w", probe.Addr().AddrPort(), attempt, fi.ENOSPC)
+		case idx >= capa:
+			capa = max(2*capa, idx+1)
+		case attempt > 0:
+			capa *= 2
+		}
+		if err := a.rebuild(capa); err != nil {
+			return err
+		}
+		// The new table has another seed: the source's buckets moved.
+		src := probe.Addr()
+		*probe, _, _ = a.tab.Locate(&src)
+	}
+}
+
+// rebuildFault, when set (tests: export_test.go), makes rebuilds fail.
+var rebuildFault func() error
+
+// rebuild replaces the table by one with room for capa indices and a new
+// seed, holding every entry at the same index: XDP reads the old table
+// until the swap (one update of xdpfab_avtab) and the new one after it, so
+// no frame goes untranslated or is translated to another index. The old
+// table is released once no XDP run can still read it.
+func (a *AV) rebuild(capa uint32) error {
+	if rebuildFault != nil {
+		if err := rebuildFault(); err != nil {
+			return err
+		}
+	}
+	for try := 0; ; try++ {
+		nt, err := avtab.New(a.dp, a.id, capa)
+		if err != nil {
+			return err
+		}
+		if err := nt.CopyFrom(a.tab); err != nil {
+			nt.Close()
+			if errors.Is(err, avtab.ErrTableFull) && try < 3 {
+				continue
+			}
+			return err
+		}
+		// Retired first: should this process die between the install and
+		// the retirement, other processes would keep writing a table XDP
+		// no longer reads. Retired early, they re-open (and find the old
+		// one, still right, until the install).
+		a.tab.MarkRetired(true)
+		if err := avtab.Install(a.dp, a.id, nt); err != nil {
+			a.tab.MarkRetired(false)
+			nt.Close()
+			return err
+		}
+		old := a.tab
+		a.tab = nt
+		a.grown++
+		return old.Retire()
+	}
 }
 
 // report turns per-element results into the call's result: status array,

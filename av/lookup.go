@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 )
 
 // Lookup copies the address at fiAddr into buf (fi_av_lookup) and returns
@@ -25,9 +26,17 @@ func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
 }
 
 // LookupAddr returns the address at fiAddr.
+//
+// It reads the AV's table under the AV's read lock, with no system call
+// and no allocation, unless the table was replaced by another process
+// (growth) or this process holds a copy of it (a reader that could open
+// it read-only only): then it takes the AV's locks and re-reads first.
 func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
 	if err := a.usable("av lookup"); err != nil {
 		return netip.AddrPort{}, err
+	}
+	if ap, ok := a.fastAddr(fiAddr); ok {
+		return ap, nil
 	}
 	unlock := a.lock()
 	defer unlock()
@@ -38,7 +47,31 @@ func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
 	if !ok {
 		return netip.AddrPort{}, fmt.Errorf("av lookup: fi_addr %v is not in the AV: %w", fiAddr, fi.EINVAL)
 	}
-	return a.entries[idx].addr.AddrPort(), nil
+	addr, ok := a.tab.Addr(idx)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("av lookup: fi_addr %v is being changed by another process: %w", fiAddr, fi.EAGAIN)
+	}
+	return addr.AddrPort(), nil
+}
+
+// fastAddr reads the address at fa straight from a mapped, current table;
+// false sends the caller the locked way (which also reports errors).
+func (a *AV) fastAddr(fa fi.Addr) (netip.AddrPort, bool) {
+	a.rw.RLock()
+	defer a.rw.RUnlock()
+	t := a.tab
+	if a.closed || t == nil || t.Copied() || t.Retired() {
+		return netip.AddrPort{}, false
+	}
+	idx, ok := a.index(fa)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	addr, ok := t.Addr(idx)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return addr.AddrPort(), true
 }
 
 func (a *AV) encode(dst []byte, ap netip.AddrPort) []byte {
@@ -84,7 +117,7 @@ func (a *AV) Len() (int, error) {
 	if err := a.begin(false); err != nil {
 		return 0, fmt.Errorf("av len: %w", err)
 	}
-	return len(a.byAddr), nil
+	return int(a.tab.Live()), nil
 }
 
 // Entry describes one address of the AV (for listings).
@@ -114,12 +147,13 @@ func (a *AV) EntryAt(fiAddr fi.Addr) (Entry, error) {
 }
 
 func (a *AV) entry(idx uint32) Entry {
-	e := &a.entries[idx]
+	uid, pos, refcnt := a.tab.Aux(idx)
+	s, _ := a.tab.ReadSlot(pos)
 	ak := fi.AddrNotAvail
-	if e.authKey != 0 {
-		ak = keyAddr(e.authKey - 1)
+	if h, ok := a.keyOf(s.AuthKey); ok {
+		ak = keyAddr(h)
 	}
-	return Entry{Addr: fi.Addr(idx), Peer: e.addr.AddrPort(), UserID: fi.Addr(e.userID), Refs: e.refcnt, AuthKey: ak}
+	return Entry{Addr: fi.Addr(idx), Peer: avtab.SlotAddr(&s).AddrPort(), UserID: fi.Addr(uid), Refs: refcnt, AuthKey: ak}
 }
 
 // Entries returns every address of the AV in index order.
@@ -132,10 +166,10 @@ func (a *AV) Entries() ([]Entry, error) {
 	if err := a.begin(false); err != nil {
 		return nil, fmt.Errorf("av entries: %w", err)
 	}
-	out := make([]Entry, 0, len(a.byAddr))
-	for i := range a.entries {
-		if a.entries[i].refcnt > 0 {
-			out = append(out, a.entry(uint32(i)))
+	out := make([]Entry, 0, a.tab.Live())
+	for idx := range a.tab.High() {
+		if _, _, refcnt := a.tab.Aux(idx); refcnt > 0 {
+			out = append(out, a.entry(idx))
 		}
 	}
 	return out, nil
@@ -160,9 +194,6 @@ func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
 	if err := a.begin(true); err != nil {
 		return fmt.Errorf("av set_user_id: %w", err)
 	}
-	if err := a.flushLocked(a.pending.mark()); err != nil {
-		return fmt.Errorf("av set_user_id: %w", err)
-	}
 	if flags&fi.AuthKey != 0 {
 		h, ok := a.keyHandle(fiAddr)
 		if !ok {
@@ -180,14 +211,8 @@ func (a *AV) SetUserID(fiAddr fi.Addr, userID fi.Addr, flags fi.Flags) error {
 	if !ok {
 		return fmt.Errorf("av set_user_id: fi_addr %v is not in the AV: %w", fiAddr, fi.EINVAL)
 	}
-	m := a.pending.mark()
-	e := &a.entries[idx]
-	old := *e
-	e.userID = uint64(userID)
-	a.pending.prior = append(a.pending.prior, priorEntry{idx, old})
-	a.stage(idx, true)
-	if err := a.flushLocked(m); err != nil {
-		return fmt.Errorf("av set_user_id: %w", err)
-	}
-	return nil
+	_, pos, _ := a.tab.Aux(idx)
+	slot, _ := a.tab.ReadSlot(pos)
+	a.tab.Update(pos, uint64(userID), slot.Flags)
+	return a.commit()
 }

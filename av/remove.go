@@ -3,7 +3,6 @@ package av
 import (
 	"fmt"
 
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -13,8 +12,8 @@ import (
 // removed, and the error names the first failure. With fi.AuthKey the
 // elements are auth-key handles (see InsertAuthKey).
 //
-// When Remove returns, XDP no longer translates the removed sources: the
-// forward entries are deleted before the indices are freed.
+// When Remove returns, no XDP run that starts translates the removed
+// sources: their slots are removed before the indices are freed.
 func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 	if err := a.usable("av remove"); err != nil {
 		return err
@@ -27,68 +26,44 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 	if err := a.begin(true); err != nil {
 		return fmt.Errorf("av remove: %w", err)
 	}
-	if err := a.flushLocked(a.pending.mark()); err != nil {
-		return fmt.Errorf("av remove: %w", err)
-	}
 	if flags&fi.AuthKey != 0 {
 		return a.removeKeys(fiAddr)
 	}
 
 	// Count removes per index first, so a duplicate fi_addr in one call
 	// removes one reference each and fails once none are left.
-	var order []uint32
-	dec := make(map[uint32]uint32, len(fiAddr))
-	failed, first := 0, -1
-	for i, fa := range fiAddr {
-		idx, ok := a.index(fa)
-		if ok && a.entries[idx].refcnt > dec[idx] {
-			if dec[idx] == 0 {
-				order = append(order, idx)
-			}
-			dec[idx]++
-			continue
+	// (A short list is counted without a map and without allocating; a
+	// long one in scratch space the AV keeps.)
+	var counts []count
+	var failed, first int
+	if len(fiAddr) <= 8 {
+		var small [8]count
+		counts, failed, first = a.countRemoves(fiAddr, small[:0], nil)
+	} else {
+		if a.rmAt == nil {
+			a.rmAt = map[uint32]int{}
 		}
-		failed++
-		if first < 0 {
-			first = i
-		}
+		long, f, fst := a.countRemoves(fiAddr, a.rmCounts[:0], a.rmAt)
+		clear(a.rmAt)
+		a.rmCounts = long[:0]
+		counts, failed, first = long, f, fst
 	}
 
-	var fk []bpf.AVKey
-	var rk, uk []bpf.RevKey
-	var uv []bpf.RevVal
-	for _, idx := range order {
-		e := a.entries[idx]
-		if e.refcnt == dec[idx] {
-			fk = append(fk, bpf.AVKey{AvId: a.id, Src: e.addr})
-			rk = append(rk, bpf.RevKey{AvId: a.id, Index: idx})
+	// The slot first: XDP stops translating before the index is free
+	// for reuse.
+	freed := 0
+	for _, c := range counts {
+		_, pos, refcnt := a.tab.Aux(c.idx)
+		if refcnt > c.n {
+			a.tab.SetRefcnt(c.idx, refcnt-c.n)
 			continue
 		}
-		e.refcnt -= dec[idx]
-		uk = append(uk, bpf.RevKey{AvId: a.id, Index: idx})
-		uv = append(uv, bpf.RevVal{UserId: e.userID, Addr: e.addr, Refcnt: e.refcnt, AuthKey: e.authKey, Flags: e.flags})
+		a.tab.Remove(pos)
+		a.free.push(c.idx)
+		freed++
 	}
-	// Forward first: XDP stops translating before the index can be reused.
-	if err := batchDelete(a.dp.AV, fk); err != nil {
-		return a.reloadAfter("av remove", err)
-	}
-	if err := batchDelete(a.dp.AVRev, rk); err != nil {
-		return a.reloadAfter("av remove", err)
-	}
-	if _, err := batchUpdate(a.dp.AVRev, uk, uv); err != nil {
-		return a.reloadAfter("av remove", err)
-	}
-	for _, idx := range order {
-		e := &a.entries[idx]
-		e.refcnt -= dec[idx]
-		if e.refcnt == 0 {
-			delete(a.byAddr, e.addr)
-			*e = entry{}
-			a.free.push(idx)
-		}
-	}
-	a.dp.ReleaseAVEntries(len(fk))
-	if len(order) == 0 {
+	a.dp.ReleaseAVEntries(freed)
+	if len(counts) == 0 {
 		// Nothing changed: other processes need not re-read the AV.
 	} else if err := a.commit(); err != nil {
 		return fmt.Errorf("av remove: %w", err)
@@ -100,24 +75,61 @@ func (a *AV) Remove(fiAddr []fi.Addr, flags fi.Flags) error {
 	return nil
 }
 
-// reloadAfter handles a map operation that failed part way: the maps are
-// the truth, so the cache is rebuilt from them.
-func (a *AV) reloadAfter(op string, cause error) error {
-	var m bpf.AVMeta
-	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
-		a.closed = true
-		return fmt.Errorf("%s: %w; reading the AV back failed too (%v), the AV is closed", op, cause, err)
+// count is how many references a Remove call takes from an index.
+type count struct{ idx, n uint32 }
+
+// countRemoves counts the references fiAddr takes from each index, in
+// counts (at, when not nil, maps an index to its position there), and
+// returns them with the number of elements that name no reference left
+// and the position of the first.
+func (a *AV) countRemoves(fiAddr []fi.Addr, counts []count, at map[uint32]int) ([]count, int, int) {
+	failed, first := 0, -1
+	for i, fa := range fiAddr {
+		idx, ok := a.index(fa)
+		if ok {
+			k := -1
+			if at != nil {
+				if v, ok := at[idx]; ok {
+					k = v
+				}
+			} else {
+				for j := range counts {
+					if counts[j].idx == idx {
+						k = j
+						break
+					}
+				}
+			}
+			var n uint32
+			if k >= 0 {
+				n = counts[k].n
+			}
+			if _, _, refcnt := a.tab.Aux(idx); refcnt > n {
+				if k < 0 {
+					k = len(counts)
+					counts = append(counts, count{idx: idx})
+					if at != nil {
+						at[idx] = k
+					}
+				}
+				counts[k].n++
+				continue
+			}
+		}
+		failed++
+		if first < 0 {
+			first = i
+		}
 	}
-	if err := a.load(m); err != nil {
-		a.closed = true
-		return fmt.Errorf("%s: %w; reading the AV back failed too (%v), the AV is closed", op, cause, err)
-	}
-	return fmt.Errorf("%s: %w", op, cause)
+	return counts, failed, first
 }
 
 // index returns the in-use index fa names.
 func (a *AV) index(fa fi.Addr) (uint32, bool) {
-	if fa >= fi.Addr(len(a.entries)) || a.entries[fa].refcnt == 0 {
+	if a.tab == nil || fa >= fi.Addr(a.tab.High()) {
+		return 0, false
+	}
+	if _, _, refcnt := a.tab.Aux(uint32(fa)); refcnt == 0 {
 		return 0, false
 	}
 	return uint32(fa), true

@@ -19,13 +19,11 @@ type Source struct {
 
 // SourceOf is the forward lookup of src, for datagrams that do not pass
 // through the XDP program (same-host peers, package ep): it answers what
-// the program would find in the forward map for this AV, ok false for a
-// source that is not in the AV. A hit is a read of the process's cache
-// under the read lock, with no system call; a miss on a named AV asks the
-// forward map itself, so that a peer another process just inserted is
-// found. Like Resolve, a named AV's entry that another process changed or
-// removed is seen from this process's next other AV call on. A nil, zero
-// or closed AV finds nothing.
+// the program finds in the AV's table, ok false for a source that is not
+// in the AV. A hit is a read of the table under the read lock, with no
+// system call; a miss in a named AV re-reads it if another process changed
+// it in a way this process does not see yet (growth, or a copy of the
+// table), as Resolve does. A nil, zero or closed AV finds nothing.
 func (a *AV) SourceOf(src netip.AddrPort) (Source, bool) {
 	if a == nil || a.dp == nil {
 		return Source{}, false
@@ -36,23 +34,27 @@ func (a *AV) SourceOf(src netip.AddrPort) (Source, bool) {
 		a.rw.RUnlock()
 		return Source{}, false
 	}
-	if idx, ok := a.byAddr[k]; ok && int(idx) < len(a.entries) && a.entries[idx].refcnt != 0 {
-		e := &a.entries[idx]
-		s := Source{FiAddr: fi.Addr(idx), UserID: fi.Addr(e.userID), ReportUser: e.flags&bpf.AVFUserID != 0}
-		if e.authKey != 0 && int(e.authKey) <= len(a.keys) {
-			s.AuthKey = a.keys[e.authKey-1].value
-		}
+	if v, ok := a.sourceLocked(&k); ok || !a.shared {
 		a.rw.RUnlock()
-		return s, true
+		return v, ok
 	}
-	shared, id := a.shared, a.id
 	a.rw.RUnlock()
-	if !shared || a.dp.AV == nil {
+	unlock := a.lock()
+	defer unlock()
+	if a.begin(false) != nil {
 		return Source{}, false
 	}
-	var v bpf.AVVal
-	if err := a.dp.AV.Lookup(bpf.AVKey{AvId: id, Src: k}, &v); err != nil {
+	return a.sourceLocked(&k)
+}
+
+func (a *AV) sourceLocked(k *bpf.Addr) (Source, bool) {
+	if a.tab == nil {
 		return Source{}, false
 	}
-	return Source{FiAddr: fi.Addr(v.FiAddr), UserID: fi.Addr(v.UserId), ReportUser: v.Flags&bpf.AVFUserID != 0, AuthKey: v.AuthKey}, true
+	_, slot, ok := a.tab.Find(k)
+	if !ok {
+		return Source{}, false
+	}
+	userID, _, _ := a.tab.Aux(slot.FiAddr)
+	return Source{FiAddr: fi.Addr(slot.FiAddr), UserID: fi.Addr(userID), ReportUser: slot.Flags&bpf.AVFUserID != 0, AuthKey: slot.AuthKey}, true
 }

@@ -7,73 +7,63 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/testutil"
-	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
 )
 
-// A map write that fails undoes exactly the failing call: nothing of it
-// stays in the cache or the maps, and earlier FI_MORE inserts, already
-// reported, stay queued and reach the maps with the next successful call.
+// A table rebuild that fails (growth past the count hint needs a new,
+// bigger table; the kernel may refuse it) fails exactly the elements that
+// needed it: nothing of them reaches the table, the elements before them
+// and earlier (FI_MORE) calls stay, XDP translates what the AV holds, and
+// the next insert, once the kernel allows it, grows the table.
 func TestFailedWriteUndoesOnlyTheCall(t *testing.T) {
-	testutil.RequirePrivileged(t)
-	dp, err := loader.Load(loader.Config{AVEntries: 64, MaxAVs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dp.Close()
-	a := openAV(t, dp, av.Attr{})
+	dp := newDP(t, 4096)
+	a := openAV(t, dp, av.Attr{Count: 64})
 	early := netip.MustParseAddrPort("198.18.77.1:1")
 	out := notAvail(1)
 	if _, err := a.Insert([]netip.AddrPort{early}, out, fi.More, nil); err != nil || out[0] != 0 {
 		t.Fatalf("FI_MORE insert: %v %v", out, err)
 	}
-	// Fill the forward map behind the AV's back: its next write fails.
-	var junk []bpf.AVKey
-	for i := range 64 {
-		k := bpf.AVKey{AvId: 999, Src: bpf.MakeAddr(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(i)}), 9))}
-		if err := dp.AV.Update(k, bpf.AVVal{}, ebpf.UpdateNoExist); err != nil {
-			t.Fatal(err)
+	restore := av.SetRebuildFault(func() error { return unix.ENOMEM })
+	before := snapshot(t, dp, a.ID())
+	// 63 fit the table; the 64th and 65th need a bigger one.
+	out = notAvail(65)
+	n, err := a.Insert(peers(0, 65), out, 0, nil)
+	var ie *av.InsertError
+	if n != 63 || !errors.As(err, &ie) || ie.First != 63 || out[63] != fi.AddrNotAvail || out[64] != fi.AddrNotAvail || out[62] != 63 {
+		t.Fatalf("insert needing growth: n=%d out[62:]=%v err=%v", n, out[62:], err)
+	}
+	after := snapshot(t, dp, a.ID())
+	if len(after.fwd) != len(before.fwd)+63 {
+		t.Errorf("table holds %d entries, want %d", len(after.fwd), len(before.fwd)+63)
+	}
+	for _, p := range peers(63, 2) {
+		if _, ok := after.fwd[bpfAddr(p)]; ok {
+			t.Errorf("the failed element %v reached the table", p)
 		}
-		junk = append(junk, k)
-	}
-	x, y := peer(1), peer(2)
-	out = notAvail(3)
-	n, err := a.Insert([]netip.AddrPort{x, y, x}, out, 0, nil)
-	if n != 0 || err == nil || out[0] != fi.AddrNotAvail || out[2] != fi.AddrNotAvail {
-		t.Fatalf("failing insert: n=%d out=%v err=%v", n, out, err)
-	}
-	if _, err := a.LookupAddr(1); !errors.Is(err, fi.EINVAL) {
-		t.Errorf("x survived its failed insert: %v", err)
 	}
 	if ap, err := a.LookupAddr(0); err != nil || ap != early {
 		t.Errorf("the earlier FI_MORE insert was lost: %v %v", ap, err)
 	}
-	// The maps may hold the earlier call's reverse entry (written before
-	// the forward write failed); nothing of the failed call's.
-	s := snapshot(t, dp, a.ID())
-	for k := range s.rev {
-		if k.Index != 0 {
-			t.Errorf("the failed call left reverse entry %d", k.Index)
-		}
-	}
-	for k := range s.fwd {
-		t.Errorf("the failed call left forward entry %v", k.Src.AddrPort())
-	}
-	for _, k := range junk {
-		dp.AV.Delete(k)
-	}
-	out = notAvail(1)
-	if n, err := a.Insert([]netip.AddrPort{y}, out, 0, nil); n != 1 || err != nil || out[0] != 1 {
-		t.Fatalf("insert after the failure: %d %v %v", n, out, err)
+	if _, err := a.LookupAddr(64); !errors.Is(err, fi.EINVAL) {
+		t.Errorf("index 64 after its failed insert: %v", err)
 	}
 	wantXDP(t, dp, a, early, 0)
-	wantXDP(t, dp, a, y, 1)
-	wantXDP(t, dp, a, x, fi.AddrNotAvail)
-	if n, _ := a.Len(); n != 2 {
-		t.Errorf("AV holds %d, want 2", n)
+	wantXDP(t, dp, a, peer(5), 6)
+	wantXDP(t, dp, a, peer(63), fi.AddrNotAvail)
+	restore()
+	out = notAvail(2)
+	if n, err := a.Insert(peers(63, 2), out, 0, nil); n != 2 || err != nil || out[0] != 64 || out[1] != 65 {
+		t.Fatalf("insert after the failure: %d %v %v", n, out, err)
+	}
+	if av.Rebuilds(a) == 0 {
+		t.Error("the table did not grow")
+	}
+	wantXDP(t, dp, a, early, 0)
+	wantXDP(t, dp, a, peer(63), 64)
+	wantXDP(t, dp, a, peer(5), 6)
+	if n, _ := a.Len(); n != 66 {
+		t.Errorf("AV holds %d, want 66", n)
 	}
 }

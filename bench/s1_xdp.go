@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
@@ -140,6 +141,16 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.P
 	if err != nil {
 		return err
 	}
+	// The AV's table as the kernel accounts it (fdinfo memlock), per entry.
+	t, err := avtab.Open(dp, a.ID(), true)
+	if err != nil {
+		return err
+	}
+	ml, err := memlock(t.Map())
+	t.Close()
+	if err != nil {
+		return err
+	}
 	local := probe4
 	if v6 {
 		local = probe6
@@ -256,6 +267,7 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.P
 		return err
 	}
 	r.add("xdp", mkey+"/gomap", "ns/lookup", gomap, lbl)
+	r.add("xdp", mkey+"/table", "B/entry", []float64{float64(ml) / float64(n)}, lbl)
 	fmt.Printf("  %s %s entries: steady: drop-only %.1f ns, xdpfab %.1f ns; cold: empty %.1f ns, xdpfab %.1f ns; Go map %.1f ns\n",
 		famName(v6), sizeName(n), median(costs[0]), median(costs[1]), median(cold[0]), median(cold[1]), median(gomap))
 	return nil

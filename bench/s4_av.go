@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 )
@@ -51,10 +52,23 @@ func memlock(m *ebpf.Map) (uint64, error) {
 	return 0, fmt.Errorf("no memlock in fdinfo of %v", m)
 }
 
-// xdpfabAVRun inserts n addresses in calls of batch and removes them in
-// calls of removeBatch, returning the rates and the Go heap growth per
-// entry.
-func xdpfabAVRun(dp *loader.Objects, n, batch, removeBatch int, more bool) (ins, rem, heap float64, err error) {
+// avRun is what one xdpfabAVRun measured.
+type avRun struct {
+	ins, rem   float64 // per second
+	heap, kern float64 // bytes per entry: Go heap growth, kernel (fdinfo memlock of the AV's table)
+	lookupNs   float64 // Lookup of a random fi_addr into a sockaddr buffer, ns
+}
+
+// avLookups is how many Lookup calls a bulk run times (as fiav's).
+const avLookups = 1 << 20
+
+// xdpfabAVRun inserts n addresses in calls of batch, times Lookup of
+// random fi_addr values (with lookups), and removes them in calls of
+// removeBatch, returning the rates, the Go heap growth per entry, the
+// kernel's accounting of the AV's table (fdinfo memlock) per entry with all
+// n in, and the lookup time.
+func xdpfabAVRun(dp *loader.Objects, n, batch, removeBatch int, more, lookups bool) (run avRun, err error) {
+	var ins, rem, heap, kern float64
 	addrs := make([]netip.AddrPort, n)
 	for i := range addrs {
 		addrs[i] = avAddr(i, false)
@@ -65,7 +79,7 @@ func xdpfabAVRun(dp *loader.Objects, n, batch, removeBatch int, more bool) (ins,
 	runtime.ReadMemStats(&m0)
 	a, err := av.Open(dp, &av.Attr{Count: n})
 	if err != nil {
-		return 0, 0, 0, err
+		return run, err
 	}
 	defer a.Close()
 	t0 := time.Now()
@@ -76,7 +90,7 @@ func xdpfabAVRun(dp *loader.Objects, n, batch, removeBatch int, more bool) (ins,
 			flags = fi.More
 		}
 		if got, err := a.Insert(addrs[i:i+k], ids[i:i+k], flags, nil); err != nil || got != k {
-			return 0, 0, 0, fmt.Errorf("insert: %d of %d: %v", got, k, err)
+			return run, fmt.Errorf("insert: %d of %d: %v", got, k, err)
 		}
 	}
 	ins = float64(n) / time.Since(t0).Seconds()
@@ -84,15 +98,44 @@ func xdpfabAVRun(dp *loader.Objects, n, batch, removeBatch int, more bool) (ins,
 	runtime.ReadMemStats(&m1)
 	heap = (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / float64(n)
 	runtime.KeepAlive(addrs)
+	t, err := avtab.Open(dp, a.ID(), true)
+	if err != nil {
+		return run, err
+	}
+	ml, err := memlock(t.Map())
+	t.Close()
+	if err != nil {
+		return run, err
+	}
+	kern = float64(ml) / float64(n)
+	if lookups {
+		// Random fi_addr values (the same LCG as fiav's), looked up into a
+		// sockaddr buffer as fi_av_lookup does.
+		order := make([]fi.Addr, avLookups)
+		x := uint32(12345)
+		for i := range order {
+			x = x*1103515245 + 12345
+			order[i] = ids[(x>>8)%uint32(n)]
+		}
+		buf := make([]byte, 28)
+		tl := time.Now()
+		for _, fa := range order {
+			if _, err := a.Lookup(fa, buf); err != nil {
+				return run, fmt.Errorf("lookup %d: %w", fa, err)
+			}
+		}
+		run.lookupNs = float64(time.Since(tl).Nanoseconds()) / avLookups
+	}
 	t1 := time.Now()
 	for i := 0; i < n; i += removeBatch {
 		k := min(removeBatch, n-i)
 		if err := a.Remove(ids[i:i+k], 0); err != nil {
-			return 0, 0, 0, fmt.Errorf("remove: %v", err)
+			return run, fmt.Errorf("remove: %v", err)
 		}
 	}
 	rem = float64(n) / time.Since(t1).Seconds()
-	return ins, rem, heap, nil
+	run.ins, run.rem, run.heap, run.kern = ins, rem, heap, kern
+	return run, nil
 }
 
 type fiavOut struct {
@@ -100,6 +143,7 @@ type fiavOut struct {
 	Insert    float64 `json:"insert_per_s"`
 	Remove    float64 `json:"remove_per_s"`
 	HeapBytes float64 `json:"heap_bytes_per_entry"`
+	LookupNs  float64 `json:"lookup_ns"`
 }
 
 func runAV(r *results, cfg *config) error {
@@ -117,11 +161,11 @@ func runAV(r *results, cfg *config) error {
 		var ins, rem []float64
 		err := onThread(nil, cfg.cpuMeasure, func() error {
 			for range cfg.reps {
-				i, rm, _, err := xdpfabAVRun(dp, small, c.batch, c.batch, c.more)
+				run, err := xdpfabAVRun(dp, small, c.batch, c.batch, c.more, false)
 				if err != nil {
 					return fmt.Errorf("%s: %w", c.key, err)
 				}
-				ins, rem = append(ins, i), append(rem, rm)
+				ins, rem = append(ins, run.ins), append(rem, run.rem)
 			}
 			return nil
 		})
@@ -132,14 +176,15 @@ func runAV(r *results, cfg *config) error {
 		r.add("av", "av/remove/"+c.key+"/xdpfab", "ops/s", rem, lbl("xdpfab", c.key))
 		fmt.Printf("  xdpfab %-12s insert %9.0f/s remove %9.0f/s\n", c.key, median(ins), median(rem))
 	}
-	var ins, rem, heap []float64
+	var ins, rem, heap, kern, lookup []float64
 	err = onThread(nil, cfg.cpuMeasure, func() error {
 		for range cfg.reps {
-			i, rm, h, err := xdpfabAVRun(dp, bulk, 1024, 1024, false)
+			run, err := xdpfabAVRun(dp, bulk, 1024, 1024, false, true)
 			if err != nil {
 				return fmt.Errorf("bulk: %w", err)
 			}
-			ins, rem, heap = append(ins, i), append(rem, rm), append(heap, h)
+			ins, rem, heap, kern = append(ins, run.ins), append(rem, run.rem), append(heap, run.heap), append(kern, run.kern)
+			lookup = append(lookup, run.lookupNs)
 		}
 		return nil
 	})
@@ -149,26 +194,21 @@ func runAV(r *results, cfg *config) error {
 	r.add("av", "av/insert/bulk/xdpfab", "ops/s", ins, lbl("xdpfab", "bulk"))
 	r.add("av", "av/remove/bulk/xdpfab", "ops/s", rem, lbl("xdpfab", "bulk"))
 	r.add("av", "av/mem/heap/xdpfab", "B/entry", heap, lbl("xdpfab", "bulk"))
-	fmt.Printf("  xdpfab bulk %d  insert %9.0f/s remove %9.0f/s, Go heap %.0f B/entry\n", bulk, median(ins), median(rem), median(heap))
+	r.add("av", "av/lookup/bulk/xdpfab", "ns/lookup", lookup, lbl("xdpfab", "bulk"))
+	fmt.Printf("  xdpfab bulk %d  insert %9.0f/s remove %9.0f/s, Go heap %.0f B/entry, lookup %.1f ns\n", bulk, median(ins), median(rem), median(heap), median(lookup))
 	r.Setup["av_small"], r.Setup["av_bulk"] = fmt.Sprint(small), fmt.Sprint(bulk)
 
-	// Kernel accounting of the two AV maps (forward: source -> fi_addr,
-	// reverse: fi_addr -> source), preallocated for AVEntries.
-	fwd, err := memlock(dp.AV)
-	if err != nil {
-		return err
+	// Kernel accounting of the AV's table (forward index and per-index
+	// entries in one array map sized by the count hint), with all bulk
+	// entries in: fdinfo memlock of that map.
+	r.add("av", "av/mem/kernel/xdpfab", "B/entry", kern, lbl("xdpfab", "kernel"))
+	total := make([]float64, len(kern))
+	for i := range kern {
+		total[i] = kern[i] + heap[i]
 	}
-	rev, err := memlock(dp.AVRev)
-	if err != nil {
-		return err
-	}
-	capEntries := float64(dp.Config().AVEntries)
-	one := func(v float64) []float64 { return []float64{v} }
-	r.add("av", "av/mem/kernel-fwd/xdpfab", "B/entry", one(float64(fwd)/capEntries), lbl("xdpfab", "kernel"))
-	r.add("av", "av/mem/kernel-rev/xdpfab", "B/entry", one(float64(rev)/capEntries), lbl("xdpfab", "kernel"))
-	r.add("av", "av/mem/kernel/xdpfab", "B/entry", one(float64(fwd+rev)/capEntries), lbl("xdpfab", "kernel"))
-	r.note("av", "kernel map accounting (fdinfo memlock): xdpfab_av %d B, xdpfab_avrev %d B for %d preallocated entries",
-		fwd, rev, dp.Config().AVEntries)
+	r.add("av", "av/mem/total/xdpfab", "B/entry", total, lbl("xdpfab", "bulk"))
+	fmt.Printf("  xdpfab bulk %d  kernel %.1f B/entry, kernel + Go heap %.1f B/entry\n", bulk, median(kern), median(total))
+	r.note("av", "kernel accounting (fdinfo memlock) of the AV's table for %d entries opened with count %d: %.0f B", bulk, bulk, median(kern)*float64(bulk))
 
 	if cfg.fiav == "" {
 		r.note("av", "libfabric peer skipped: no -fiav helper given")
@@ -223,5 +263,6 @@ func runAV(r *results, cfg *config) error {
 			median(col(c.key, func(o fiavOut) float64 { return o.Insert })), median(col(c.key, func(o fiavOut) float64 { return o.Remove })))
 	}
 	r.add("av", "av/mem/heap/libfabric", "B/entry", col("bulk", func(o fiavOut) float64 { return o.HeapBytes }), lbl("libfabric", "bulk"))
+	r.add("av", "av/lookup/bulk/libfabric", "ns/lookup", col("bulk", func(o fiavOut) float64 { return o.LookupNs }), lbl("libfabric", "bulk"))
 	return nil
 }

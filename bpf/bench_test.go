@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
@@ -128,7 +129,7 @@ func BenchmarkXDPChecks(b *testing.B) {
 		}
 	}
 	for i, src := range []netip.AddrPort{src4, src6} {
-		if err := dp.AV.Put(bpf.AVKey{AvId: 1, Src: bpf.MakeAddr(src)}, bpf.AVVal{FiAddr: uint64(i)}); err != nil {
+		if err := avtab.Put(dp, 1, bpf.MakeAddr(src), bpf.AVVal{FiAddr: uint64(i)}); err != nil {
 			b.Fatal(err)
 		}
 	}

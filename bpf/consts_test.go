@@ -33,6 +33,7 @@ func TestConstsMatchC(t *testing.T) {
 		"XDPFAB_META_USER_ID": wire.MetaUserID, "XDPFAB_META_VERSION": wire.MetaVersion, "XDPFAB_AVF_USER_ID": bpf.AVFUserID,
 		"XDPFAB_META_STAMP": wire.MetaStamp, "XDPFAB_EPF_STAMP": bpf.EPFStamp, "XDPFAB_STAMP_LEN": wire.StampLen,
 		"XDPFAB_AF_INET": wire.AFInet, "XDPFAB_AF_INET6": wire.AFInet6, "XDPFAB_IFINDEX_SLOTS": bpf.IfindexSlots,
+		"XDPFAB_AV_MAGIC": bpf.AVMagic, "XDPFAB_AV_RETRY": bpf.AVRetry, "XDPFAB_AV_PAGE_LINES": bpf.AVPageLines,
 	} {
 		cVal, ok := c[name]
 		switch {

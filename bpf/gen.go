@@ -8,5 +8,5 @@ package bpf
 // name (struct av_key becomes kernAvKey, enum counter's STAT_RX
 // kernCounterSTAT_RX); types.go gives them their exported names. stringer
 // then writes Counter's String from the line comments there.
-//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip -no-strip=false -target bpfel -go-package bpf -output-stem xdpfab -type udp_addr -type counter -type policy kern av_map.c -- -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I.
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip -no-strip=false -target bpfel -go-package bpf -output-stem xdpfab -type udp_addr -type counter -type policy -type av_key -type av_val -type av_slot -type av_aux -type av_hdr kern av_map.c -- -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I.
 //go:generate go tool stringer -type Counter -linecomment -output counter_string.go

@@ -13,14 +13,20 @@ import (
 type (
 	// Addr is struct udp_addr: a peer or local address and UDP port.
 	Addr = kernUdpAddr
-	// AVKey is struct av_key, the forward AV map's key.
+	// AVKey is struct av_key: an AV and a source, the question an AV
+	// table answers.
 	AVKey = kernAvKey
-	// AVVal is struct av_val, the forward AV map's value.
+	// AVVal is struct av_val: the answer (loader.PutAVEntry,
+	// internal/xdpmodel).
 	AVVal = kernAvVal
-	// RevKey is struct rev_key: (AV id, index).
+	// AVSlot is struct av_slot, one entry of an AV table's forward index.
+	AVSlot = kernAvSlot
+	// AVAux is struct av_aux, an AV table's per-index entry.
+	AVAux = kernAvAux
+	// AVHdr is struct av_hdr, an AV table's header line.
+	AVHdr = kernAvHdr
+	// RevKey is struct rev_key: (AV id, auth-key handle).
 	RevKey = kernRevKey
-	// RevVal is struct rev_val, the reverse AV table's value.
-	RevVal = kernRevVal
 	// AVMeta is struct av_meta, per-AV attributes.
 	AVMeta = kernAvMeta
 	// AuthKeyVal is struct authkey_val.
@@ -61,7 +67,7 @@ func (m *AVMeta) NameString() string {
 	return string(m.Name[:])
 }
 
-// AVFUserID is the av_val and rev_val flag for entries
+// AVFUserID is the av_slot and av_val flag for entries
 // whose completions report the user id (XDPFAB_AVF_USER_ID).
 const AVFUserID = 0x0001
 
@@ -69,6 +75,48 @@ const AVFUserID = 0x0001
 // a wire.StampLen-byte stamp in front of every frame it redirects to the
 // endpoint, for measurement (XDPFAB_EPF_STAMP; see wire.MetaStamp).
 const EPFStamp = 0x01
+
+// AV table constants (xdpfab_consts.h; struct av_hdr in xdpfab_structs.h).
+const (
+	AVMagic = 0x54564158 // XDPFAB_AV_MAGIC: av_hdr.magic
+	AVRetry = 4          // XDPFAB_AV_RETRY: XDP's reads of a slot, or of both buckets, that changed meanwhile
+	// AVLine is the size of a table line (struct av_line): a bucket of
+	// two slots, the header, or four aux entries.
+	AVLine = 64
+	// AVPageLines is the number of lines in an element of a table's map
+	// (struct av_page, XDPFAB_AV_PAGE_LINES); AVPage its size.
+	AVPageLines = 64
+	AVPage      = AVLine * AVPageLines
+)
+
+// AVHash is the XDP program's av_hash of source a under seed: a's two
+// buckets among nbuckets are AVBuckets(AVHash(seed, a), nbuckets).
+func AVHash(seed uint64, a Addr) uint64 {
+	w0 := binary.NativeEndian.Uint64(a.Addr[0:8])
+	w1 := binary.NativeEndian.Uint64(a.Addr[8:16])
+	w2 := uint64(a.Port) | uint64(a.Family)<<16
+	return avMix(avMix(avMix(seed, w0), w1), w2)
+}
+
+func avMix(h, w uint64) uint64 {
+	h ^= w
+	h *= 0x9e3779b97f4a7c15
+	return h ^ h>>32
+}
+
+// AVBuckets maps a hash to a source's two buckets (0-based) among
+// nbuckets, as the XDP program does: multiply-shift of each 32-bit half,
+// the second moved to the next bucket when both are the same.
+func AVBuckets(h uint64, nbuckets uint32) (b1, b2 uint32) {
+	b1 = uint32((h & 0xffffffff) * uint64(nbuckets) >> 32)
+	b2 = uint32((h >> 32) * uint64(nbuckets) >> 32)
+	if b2 == b1 {
+		if b2++; b2 == nbuckets {
+			b2 = 0
+		}
+	}
+	return b1, b2
+}
 
 // Policy is what an endpoint does with datagrams from unknown sources
 // (enum policy, generated from the object's BTF).
@@ -110,8 +158,7 @@ const NumCounters = kernCounterSTAT_MAX
 // Map names, as bpftool shows them and as the pins under <root>/maps are
 // named (bpf2go's constants).
 const (
-	MapAV      = kernMapXdpfabAv
-	MapAVRev   = kernMapXdpfabAvrev
+	MapAVTab   = kernMapXdpfabAvtab
 	MapAVMeta  = kernMapXdpfabAvmeta
 	MapAuthKey = kernMapXdpfabAuthkey
 	MapEP      = kernMapXdpfabEp

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/internal/xdptest"
@@ -73,7 +74,7 @@ func fixture(t *testing.T) *loader.Objects {
 		keyed:   {FiAddr: 6, UserId: notAvail, AuthKey: 0x1234},
 	}
 	for k, v := range avs {
-		if err := dp.AV.Put(bpf.AVKey{AvId: 1, Src: bpf.MakeAddr(k)}, v); err != nil {
+		if err := avtab.Put(dp, 1, bpf.MakeAddr(k), v); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -296,7 +297,7 @@ func TestXDPLiveFrameMetadata(t *testing.T) {
 	if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := dp.AV.Put(bpf.AVKey{AvId: 1, Src: bpf.MakeAddr(peer)}, bpf.AVVal{FiAddr: 42, UserId: 4242, Flags: bpf.AVFUserID}); err != nil {
+	if err := avtab.Put(dp, 1, bpf.MakeAddr(peer), bpf.AVVal{FiAddr: 42, UserId: 4242, Flags: bpf.AVFUserID}); err != nil {
 		t.Fatal(err)
 	}
 	s := spec(peer, local)

@@ -21,6 +21,27 @@ type kernAuthkeyVal struct {
 	Key    [64]uint8
 }
 
+type kernAvAux struct {
+	_      structs.HostLayout
+	UserId uint64
+	Slot   uint32
+	Refcnt uint32
+}
+
+type kernAvHdr struct {
+	_        structs.HostLayout
+	Seed     uint64
+	Magic    uint32
+	AvId     uint32
+	Nbuckets uint32
+	Cap      uint32
+	Live     uint32
+	Moves    uint32
+	High     uint32
+	Retired  uint32
+	Pad      [3]uint64
+}
+
 type kernAvKey struct {
 	_    structs.HostLayout
 	AvId uint32
@@ -41,6 +62,17 @@ type kernAvMeta struct {
 	OwnerStart uint64
 	OwnerUid   uint32
 	GroupGid   uint32
+}
+
+type kernAvSlot struct {
+	_       structs.HostLayout
+	Seq     uint32
+	FiAddr  uint32
+	Addr    [16]uint8
+	Port    uint16
+	Family  uint8
+	Flags   uint8
+	AuthKey uint32
 }
 
 type kernAvVal struct {
@@ -117,17 +149,6 @@ type kernRevKey struct {
 	Index uint32
 }
 
-type kernRevVal struct {
-	_       structs.HostLayout
-	UserId  uint64
-	Addr    kernUdpAddr
-	Refcnt  uint32
-	Group   uint32
-	AuthKey uint32
-	Flags   uint32
-	_       [4]byte
-}
-
 type kernUdpAddr struct {
 	_      structs.HostLayout
 	Addr   [16]uint8
@@ -141,10 +162,9 @@ type kernUdpAddr struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	kernMapXdpfabAuthkey = "xdpfab_authkey"
-	kernMapXdpfabAv      = "xdpfab_av"
 	kernMapXdpfabAvmeta  = "xdpfab_avmeta"
 	kernMapXdpfabAvpool  = "xdpfab_avpool"
-	kernMapXdpfabAvrev   = "xdpfab_avrev"
+	kernMapXdpfabAvtab   = "xdpfab_avtab"
 	kernMapXdpfabEp      = "xdpfab_ep"
 	kernMapXdpfabLocal   = "xdpfab_local"
 	kernMapXdpfabStats   = "xdpfab_stats"
@@ -202,10 +222,9 @@ type kernProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type kernMapSpecs struct {
 	XdpfabAuthkey *ebpf.MapSpec `ebpf:"xdpfab_authkey"`
-	XdpfabAv      *ebpf.MapSpec `ebpf:"xdpfab_av"`
 	XdpfabAvmeta  *ebpf.MapSpec `ebpf:"xdpfab_avmeta"`
 	XdpfabAvpool  *ebpf.MapSpec `ebpf:"xdpfab_avpool"`
-	XdpfabAvrev   *ebpf.MapSpec `ebpf:"xdpfab_avrev"`
+	XdpfabAvtab   *ebpf.MapSpec `ebpf:"xdpfab_avtab"`
 	XdpfabEp      *ebpf.MapSpec `ebpf:"xdpfab_ep"`
 	XdpfabLocal   *ebpf.MapSpec `ebpf:"xdpfab_local"`
 	XdpfabStats   *ebpf.MapSpec `ebpf:"xdpfab_stats"`
@@ -239,10 +258,9 @@ func (o *kernObjects) Close() error {
 // It can be passed to loadKernObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kernMaps struct {
 	XdpfabAuthkey *ebpf.Map `ebpf:"xdpfab_authkey"`
-	XdpfabAv      *ebpf.Map `ebpf:"xdpfab_av"`
 	XdpfabAvmeta  *ebpf.Map `ebpf:"xdpfab_avmeta"`
 	XdpfabAvpool  *ebpf.Map `ebpf:"xdpfab_avpool"`
-	XdpfabAvrev   *ebpf.Map `ebpf:"xdpfab_avrev"`
+	XdpfabAvtab   *ebpf.Map `ebpf:"xdpfab_avtab"`
 	XdpfabEp      *ebpf.Map `ebpf:"xdpfab_ep"`
 	XdpfabLocal   *ebpf.Map `ebpf:"xdpfab_local"`
 	XdpfabStats   *ebpf.Map `ebpf:"xdpfab_stats"`
@@ -252,10 +270,9 @@ type kernMaps struct {
 func (m *kernMaps) Close() error {
 	return _KernClose(
 		m.XdpfabAuthkey,
-		m.XdpfabAv,
 		m.XdpfabAvmeta,
 		m.XdpfabAvpool,
-		m.XdpfabAvrev,
+		m.XdpfabAvtab,
 		m.XdpfabEp,
 		m.XdpfabLocal,
 		m.XdpfabStats,

@@ -68,8 +68,13 @@ enum policy {
 #define XDPFAB_EPF_STAMP 0x01
 #define XDPFAB_STAMP_LEN 8
 
-/* av_val.flags / rev_val.flags */
+/* av_slot.flags / av_val.flags */
 #define XDPFAB_AVF_USER_ID 0x0001 /* completions report user_id */
+
+/* AV tables (struct av_hdr, struct av_slot). */
+#define XDPFAB_AV_MAGIC 0x54564158 /* "XAVT" little endian */
+#define XDPFAB_AV_PAGE_LINES 64     /* lines per table map element (struct av_page) */
+#define XDPFAB_AV_RETRY 4          /* reads of a slot, or of both buckets, that change meanwhile */
 
 /* The UDP checksum is verified over at most this many 512-byte chunks
  * (bpf_csum_diff's limit per call) plus a shorter tail: UDP lengths up to

@@ -12,23 +12,27 @@
 #include "xdpfab_consts.h"
 #include "xdpfab_structs.h"
 
-/* Forward AV: (av, source) -> fi_addr / user id. Read by XDP per packet. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct av_key);
-	__type(value, struct av_val);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} xdpfab_av SEC(".maps");
+/* AV tables by av id (struct av_hdr in xdpfab_structs.h): each AV's
+ * table is an array map of its own, sized by the AV (its count hint, then
+ * growth), which user space memory-maps. BPF_F_INNER_MAP lets tables of
+ * different sizes share the slot type; growth swaps in a bigger table with
+ * one update of this map. User space creates the tables (loader/avtable.go);
+ * max_entries here is the template's. */
+struct av_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct av_page);
+};
 
-/* Reverse AV: (av, index) -> address. Source of truth for user space. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct rev_key);
-	__type(value, struct rev_val);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 256);
+	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} xdpfab_avrev SEC(".maps");
+	__array(values, struct av_table);
+} xdpfab_avtab SEC(".maps");
 
 /* AV attributes by av id. */
 struct {

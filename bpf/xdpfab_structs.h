@@ -19,13 +19,15 @@ struct udp_addr {
 	__u8 pad;
 };
 
-/* Forward AV map key: which AV, which source. */
+/* What an AV says about one source, (AV, source) -> translation: the
+ * lookup the AV table (struct av_slot) implements. No map holds these; the
+ * Go model of the program (internal/xdpmodel) and tests describe AV
+ * contents with them (loader.PutAVEntry). */
 struct av_key {
 	__u32 av_id;
 	struct udp_addr src;
 };
 
-/* Forward AV map value: what XDP reports for that source. */
 struct av_val {
 	__u64 fi_addr;  /* the AV index */
 	__u64 user_id;  /* FI_AV_USER_ID id, FI_ADDR_NOTAVAIL when unset */
@@ -33,6 +35,72 @@ struct av_val {
 	__u32 auth_key; /* auth key value the entry is bound to, 0 = none */
 	__u32 flags;    /* XDPFAB_AVF_* */
 	__u32 pad;
+};
+
+/* An AV's table: one BPF_F_MMAPABLE array map per AV (xdpfab_avtab holds
+ * it at the AV's id), of 64-byte lines (struct av_line, 64 to an element:
+ * struct av_page), which user space maps and writes without system calls
+ * and XDP reads in place:
+ *
+ *   line 0                        struct av_hdr: geometry, seed, counts
+ *   lines 1 .. nbuckets           the forward index: open addressing, two
+ *                                 struct av_slot per line (a bucket)
+ *   lines 1 + nbuckets ..         the index table: struct av_aux per fi_addr,
+ *                                 four per line
+ *
+ * A source hashes (seeded, av_hash) to two buckets and lives in one of
+ * their four slots (cuckoo hashing: an insert that finds both full moves
+ * other entries to their other bucket). A slot is written under its
+ * sequence number (seq odd while it changes), so a reader never combines
+ * one entry's key with another's value; moves happen under the header's
+ * move count, so a lookup that missed while entries moved looks again:
+ * see docs/ARCHITECTURE.md#the-av-table. */
+struct av_slot {
+	__u32 seq;      /* even: stable; odd: being written */
+	__u32 fi_addr;  /* the AV index */
+	__u8 addr[16];  /* struct udp_addr's fields, inline */
+	__be16 port;
+	__u8 family;    /* 0: free; else XDPFAB_AF_* */
+	__u8 flags;     /* XDPFAB_AVF_* */
+	__u32 auth_key; /* auth key value the entry is bound to, 0 = none */
+};
+
+/* Per fi_addr: what XDP reads only for FI_AV_USER_ID entries (user_id,
+ * under the slot's sequence number) and what user space keeps per index. */
+struct av_aux {
+	__u64 user_id;
+	__u32 slot;   /* the index's slot: bucket * 2 + i (buckets from 0) */
+	__u32 refcnt; /* duplicate inserts still to be removed; 0: index free */
+};
+
+/* Line 0 of a table. XDP reads seed and nbuckets; the rest is user
+ * space's, under the dataplane lock. */
+struct av_hdr {
+	__u64 seed;      /* av_hash's seed, random per table */
+	__u32 magic;     /* XDPFAB_AV_MAGIC */
+	__u32 av_id;
+	__u32 nbuckets;  /* forward index buckets (lines 1 .. nbuckets) */
+	__u32 cap;       /* fi_addr capacity: struct av_aux entries */
+	__u32 live;      /* slots in use */
+	__u32 moves;     /* odd while entries move between buckets */
+	__u32 high;      /* indices ever handed out: the next new index */
+	__u32 retired;   /* 1: replaced by another table (growth): re-open */
+	__u64 pad[3];
+};
+
+/* One line of a table: a bucket of two slots (or the header, or four aux
+ * entries). */
+struct av_line {
+	struct av_slot slot[2];
+};
+
+/* An element of a table's array map: XDPFAB_AV_PAGE_LINES lines, a page.
+ * Line L is line L % XDPFAB_AV_PAGE_LINES of element L / XDPFAB_AV_PAGE_LINES;
+ * in the mapping (elements back to back) it is simply at L * 64. Whole
+ * pages let one map lookup serve the header and both buckets of a small
+ * table. */
+struct av_page {
+	struct av_line line[XDPFAB_AV_PAGE_LINES];
 };
 
 /* Endpoint table key: a local address/port. An all-zero addr is the
@@ -60,25 +128,16 @@ struct ep_val {
 	__u64 owner_start;
 };
 
-/* Reverse AV table key: (AV, index). */
+/* Auth key table key: (AV, handle). */
 struct rev_key {
 	__u32 av_id;
 	__u32 index;
 };
 
-/* Reverse AV table value: everything needed to rebuild the forward entry,
- * plus the reference count of duplicate inserts. */
-struct rev_val {
-	__u64 user_id;
-	struct udp_addr addr;
-	__u32 refcnt;   /* duplicate inserts still to be removed */
-	__u32 group;
-	__u32 auth_key; /* handle in xdpfab_authkey (+1), 0 = none */
-	__u32 flags;    /* XDPFAB_AVF_* */
-};
-
 /* Per-AV attributes (array indexed by av_id). Slot 0 is no AV: its count is
- * the AV entries reserved node-wide and its generation counts agent starts. */
+ * the AV entries reserved node-wide, its generation counts agent starts and
+ * its flags are the node's AV entry limit (loader.Config.AVEntries), fixed
+ * by the first load of pinned maps. */
 struct av_meta {
 	__u64 generation; /* bumped by every change: other openers resync */
 	__u64 flags;      /* open flags (FI_AV_USER_ID, FI_SYMMETRIC, ...) */
@@ -151,6 +210,18 @@ struct wire_hdr {
 /* The policy enum is packed to the byte the field always had. */
 _Static_assert(sizeof(struct ep_val) == 40, "ep_val size");
 XDPFAB_AT(ep_val, policy, 16);
+_Static_assert(sizeof(struct av_slot) == 32, "av_slot size");
+_Static_assert(sizeof(struct av_aux) == 16, "av_aux size");
+_Static_assert(sizeof(struct av_hdr) == 64, "av_hdr size");
+_Static_assert(sizeof(struct av_line) == 64, "av_line size: a cache line");
+_Static_assert(sizeof(struct av_page) == 4096, "av_page size: a page");
+XDPFAB_AT(av_slot, seq, 0);
+XDPFAB_AT(av_slot, fi_addr, 4);
+XDPFAB_AT(av_slot, addr, 8);
+XDPFAB_AT(av_slot, port, 24);
+XDPFAB_AT(av_slot, family, 26);
+XDPFAB_AT(av_slot, flags, 27);
+XDPFAB_AT(av_slot, auth_key, 28);
 _Static_assert(sizeof(struct rx_meta) == 32, "rx_meta size");
 XDPFAB_AT(rx_meta, fi_addr, 0);
 XDPFAB_AT(rx_meta, user_id, 8);

@@ -88,6 +88,11 @@ func (c *Client) OpenAV(name string) (*loader.Objects, *av.AV, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A table replaced by growth: fetch the current descriptors.
+	dp.SetTableSource(func() ([]int, error) {
+		_, fds, err := call(c, ctl.OpMapsOpen, ctl.None{})
+		return fds, err
+	})
 	return openAV(dp, name)
 }
 

@@ -10,12 +10,9 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// The forward and reverse AV maps are preallocated hashes of AVEntries
-// elements shared by every AV of the dataplane, in every process. An insert
-// that was reported successful must not fail for lack of room when its
-// (possibly deferred, FI_MORE) map write happens, so room is reserved up
-// front (a write that fails for another reason stays queued: see
-// av.flushLocked):
+// AVEntries bounds the AV entries of the node, every AV in every process
+// together (nothing is preallocated for it: each AV's table follows its
+// own size). Each new index reserves room before it is written:
 // xdpfab_avmeta slot 0 counts the entries reserved node-wide, and each
 // process takes room from it in chunks to keep the syscall off the per-call
 // path. What a process holds in reserve is recorded in xdpfab_avpool under
@@ -66,19 +63,37 @@ func (d *Objects) recordPool(pool int) bool {
 	key := bpf.ProcID{Pid: d.self.PID, Start: d.self.Start}
 	if pool == 0 {
 		err := d.AVPool.Delete(key)
-		return err == nil || errors.Is(err, ebpf.ErrKeyNotExist)
+		ok := err == nil || errors.Is(err, ebpf.ErrKeyNotExist)
+		if ok {
+			d.recorded = 0
+		}
+		return ok
 	}
-	return d.AVPool.Put(key, bpf.PoolVal{Entries: uint32(pool)}) == nil
+	ok := d.AVPool.Put(key, bpf.PoolVal{Entries: uint32(pool)}) == nil
+	if ok {
+		d.recorded = pool
+	}
+	return ok
 }
 
 // ReleaseAVEntries returns room for n entries. The caller holds Lock. On a
-// nil or zero Objects it does nothing.
+// nil or zero Objects it does nothing. The record is rewritten only when
+// the reserve outgrows it: inserts take from the reserve without rewriting
+// it, so under churn (inserts and removes alike) the record stays at or
+// above the reserve without a system call per remove.
 func (d *Objects) ReleaseAVEntries(n int) {
 	if d.loaded("") != nil {
 		return
 	}
 	d.pool += n
-	if d.pool > 2*reserveChunk || !d.recordPool(d.pool) {
+	switch {
+	case d.pool > 2*reserveChunk:
+		d.returnPool(d.pool - reserveChunk)
+	case d.pool <= d.recorded:
+		// The record still covers the reserve (inserts took from it
+		// without rewriting it): no system call. The record is never
+		// below the reserve, as before.
+	case !d.recordPool(d.pool):
 		d.returnPool(d.pool - reserveChunk)
 	}
 }

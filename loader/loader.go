@@ -20,8 +20,9 @@ type Config struct {
 	// PinRoot is a directory on (or to be mounted as) bpffs. Empty: nothing
 	// is pinned and the objects live as long as the process holds them.
 	PinRoot string
-	// AVEntries is the capacity of the forward and reverse AV maps, shared
-	// by every AV of the dataplane. Default 262144.
+	// AVEntries bounds the AV entries of the node, every AV together
+	// (capacity.go). Nothing is preallocated for it: each AV's table
+	// (avtable.go) follows that AV's size. Default 262144.
 	AVEntries uint32
 	// MaxAVs bounds the number of AVs open at once. Default 256.
 	MaxAVs uint32
@@ -50,8 +51,9 @@ func (c *Config) defaults() {
 type Objects struct {
 	// Program is the XDP program xdpfab_rx.
 	Program *ebpf.Program
-	// The maps of bpf/xdpfab_maps.h.
-	AV, AVRev, AVMeta, AuthKey, EP, XSKs, Stats *ebpf.Map
+	// The maps of bpf/xdpfab_maps.h. AVTab holds each AV's table
+	// (avtable.go).
+	AVTab, AVMeta, AuthKey, EP, XSKs, Stats *ebpf.Map
 	// AVPool records the AV capacity each process holds in reserve
 	// (capacity.go); only writers open it.
 	AVPool *ebpf.Map
@@ -59,12 +61,26 @@ type Objects struct {
 	// receive on (local.go); only writers open it.
 	Local *ebpf.Map
 
-	cfg     Config
-	pinned  bool
-	mu      sync.Mutex // serialises users of lockDir within the process
-	lockDir *os.File   // the pin root, flock'ed for cross-process changes
-	pool    int        // AV entries reserved by this process, unused (capacity.go)
-	self    procid.ID  // this process, for its xdpfab_avpool record
+	cfg    Config
+	pinned bool
+	mu     sync.Mutex // serialises users of lockDir within the process
+	// unlockFn is Lock's result, made once (guarded by mu).
+	unlockFn func()
+	lockDir  *os.File // the pin root, flock'ed for cross-process changes
+	pool     int      // AV entries reserved by this process, unused (capacity.go)
+	// recorded is what this process's xdpfab_avpool record says (never
+	// below pool).
+	recorded int
+	// Handed-over AV tables (FromFDs) by AV id, and where to fetch new
+	// ones (SetTableSource); guarded by tabMu.
+	fromFDs     bool
+	tabMu       sync.Mutex
+	tables      map[uint32]*ebpf.Map
+	tableSource func() ([]int, error)
+	// avTabInner is the AV tables' map spec (xdpfab_avtab's inner map);
+	// nil for read-only dataplanes, which create none.
+	avTabInner *ebpf.MapSpec
+	self       procid.ID // this process, for its xdpfab_avpool record
 }
 
 // loaded is the guard of the methods with an error result: a nil
@@ -110,8 +126,7 @@ func Load(cfg Config) (*Objects, error) {
 	if err := spec.Assign(&specs); err != nil {
 		return nil, fmt.Errorf("xdpfab object does not match its bindings: %w: %w", fi.EINVAL, err)
 	}
-	specs.XdpfabAv.MaxEntries = cfg.AVEntries
-	specs.XdpfabAvrev.MaxEntries = cfg.AVEntries
+	specs.XdpfabAvtab.MaxEntries = cfg.MaxAVs
 	specs.XdpfabAvmeta.MaxEntries = cfg.MaxAVs
 	specs.XdpfabAuthkey.MaxEntries = cfg.MaxEndpoints
 	specs.XdpfabEp.MaxEntries = cfg.MaxEndpoints
@@ -121,6 +136,10 @@ func Load(cfg Config) (*Objects, error) {
 	// root's maps/ directory, where a map already pinned is re-opened, or
 	// refused when its definition differs. Without a pin root nothing is.
 	d := &Objects{cfg: cfg, self: procid.Self()}
+	if specs.XdpfabAvtab.InnerMap == nil {
+		return nil, fmt.Errorf("xdpfab object: xdpfab_avtab has no inner map: %w", fi.EINVAL)
+	}
+	d.avTabInner = specs.XdpfabAvtab.InnerMap.Copy()
 	var opts ebpf.CollectionOptions
 	if cfg.PinRoot != "" {
 		if err := ensureBPFFS(cfg.PinRoot); err != nil {
@@ -131,6 +150,15 @@ func Load(cfg Config) (*Objects, error) {
 			return nil, fmt.Errorf("create pin directory %s: %w", mapDir, err)
 		}
 		opts.Maps.PinPath = mapDir
+		// Pins of an xdpfab from before the AV tables (its forward and
+		// reverse AV maps): their AVs have no tables, and their link runs
+		// the old program. Refuse them as any changed map layout.
+		for _, old := range []string{"xdpfab_av", "xdpfab_avrev"} {
+			if _, err := os.Stat(filepath.Join(mapDir, old)); err == nil {
+				return nil, fmt.Errorf("load xdpfab dataplane: %s holds pins of an xdpfab from before the AV tables (%s); "+
+					"remove the pins: %w", mapDir, old, fi.EEXIST)
+			}
+		}
 		d.pinned = true
 		if d.lockDir, err = os.Open(cfg.PinRoot); err != nil {
 			return nil, fmt.Errorf("open pin root %s: %w", cfg.PinRoot, err)
@@ -147,10 +175,40 @@ func Load(cfg Config) (*Objects, error) {
 		return nil, loadError(err)
 	}
 	d.Program = objs.XdpfabRx
-	d.AV, d.AVRev, d.AVMeta, d.AuthKey = objs.XdpfabAv, objs.XdpfabAvrev, objs.XdpfabAvmeta, objs.XdpfabAuthkey
+	d.AVTab, d.AVMeta, d.AuthKey = objs.XdpfabAvtab, objs.XdpfabAvmeta, objs.XdpfabAuthkey
 	d.EP, d.XSKs, d.Stats, d.AVPool = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats, objs.XdpfabAvpool
 	d.Local = objs.XdpfabLocal
+	if err := d.fixAVEntries(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// fixAVEntries records the node's AV entry limit in xdpfab_avmeta slot 0
+// at the first load, and refuses a later load of the pinned maps that asks
+// for another: the limit is node-wide, like a map size.
+func (d *Objects) fixAVEntries() error {
+	if !d.pinned {
+		return nil
+	}
+	unlock := d.Lock()
+	defer unlock()
+	g, err := d.globalMeta()
+	if err != nil {
+		return err
+	}
+	switch uint64(d.cfg.AVEntries) {
+	case g.Flags:
+		return nil
+	default:
+		if g.Flags != 0 {
+			return fmt.Errorf("load xdpfab dataplane: the pinned maps hold %d AV entries, asked for %d; "+
+				"remove the pins or load with the same Config: %w", g.Flags, d.cfg.AVEntries, fi.EEXIST)
+		}
+	}
+	g.Flags = uint64(d.cfg.AVEntries)
+	return d.AVMeta.Put(uint32(0), &g)
 }
 
 func loadError(err error) error {
@@ -182,11 +240,17 @@ func (d *Objects) Close() error {
 		unlock()
 	}
 	var errs []error
-	for _, c := range []interface{ Close() error }{d.Program, d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
+	for _, c := range []interface{ Close() error }{d.Program, d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
 	}
+	d.tabMu.Lock()
+	for _, m := range d.tables {
+		errs = append(errs, m.Close())
+	}
+	d.tables = nil
+	d.tabMu.Unlock()
 	d.closeLock()
 	return errors.Join(errs...)
 }
@@ -206,11 +270,15 @@ func (d *Objects) Unpin() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{d.AV, d.AVRev, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
+	for _, m := range []*ebpf.Map{d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
 		if m == nil {
 			continue
 		}
 		errs = append(errs, m.Unpin())
+	}
+	tables, _ := filepath.Glob(filepath.Join(d.cfg.PinRoot, "maps", avTablePrefix+"*"))
+	for _, p := range tables {
+		errs = append(errs, os.Remove(p))
 	}
 	_ = os.Remove(filepath.Join(d.cfg.PinRoot, "maps"))
 	return errors.Join(errs...)
@@ -233,12 +301,17 @@ func (d *Objects) Lock() (unlock func()) {
 			}
 		}
 	}
-	return func() {
-		if d.lockDir != nil {
-			_ = unix.Flock(int(d.lockDir.Fd()), unix.LOCK_UN)
-		}
-		d.mu.Unlock()
+	if d.unlockFn == nil {
+		d.unlockFn = d.unlock // one method value, not a closure per call
 	}
+	return d.unlockFn
+}
+
+func (d *Objects) unlock() {
+	if d.lockDir != nil {
+		_ = unix.Flock(int(d.lockDir.Fd()), unix.LOCK_UN)
+	}
+	d.mu.Unlock()
 }
 
 // Counters returns the program's counters summed over CPUs and

@@ -170,7 +170,7 @@ func TestLoadPinsEveryMap(t *testing.T) {
 	dp := load(t, root)
 	t.Cleanup(func() { loader.UnmountBPFFS(root) })
 	held := map[string]bool{}
-	for _, m := range []*ebpf.Map{dp.AV, dp.AVRev, dp.AVMeta, dp.AuthKey, dp.EP, dp.XSKs, dp.Stats, dp.AVPool, dp.Local} {
+	for _, m := range []*ebpf.Map{dp.AVTab, dp.AVMeta, dp.AuthKey, dp.EP, dp.XSKs, dp.Stats, dp.AVPool, dp.Local} {
 		info, err := m.Info()
 		if err != nil {
 			t.Fatal(err)
@@ -192,8 +192,8 @@ func TestLoadPinsEveryMap(t *testing.T) {
 	if len(held) > 0 {
 		t.Errorf("maps not in the object: %v", held)
 	}
-	if dp.AV.MaxEntries() != 1024 || dp.AVRev.MaxEntries() != 1024 || dp.AVMeta.MaxEntries() != 8 {
-		t.Errorf("sizes %d %d %d, want Config's 1024 1024 8", dp.AV.MaxEntries(), dp.AVRev.MaxEntries(), dp.AVMeta.MaxEntries())
+	if dp.AVTab.MaxEntries() != 8 || dp.AVMeta.MaxEntries() != 8 {
+		t.Errorf("sizes %d %d, want Config's 8 8", dp.AVTab.MaxEntries(), dp.AVMeta.MaxEntries())
 	}
 	if err := dp.AVMeta.Put(uint32(1), bpf.AVMeta{Generation: 7}); err != nil {
 		t.Fatal(err)

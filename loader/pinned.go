@@ -42,7 +42,7 @@ func OpenPinned(pinRoot string) (*Objects, error) {
 			return nil, fmt.Errorf("loader: %w", err)
 		}
 	}
-	d.cfg.AVEntries, d.cfg.MaxAVs = d.AV.MaxEntries(), d.AVMeta.MaxEntries()
+	d.readLimits()
 	if d.lockDir, err = os.Open(pinRoot); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("loader: open pin root %s: %w", pinRoot, err)
@@ -78,15 +78,16 @@ func (d *Objects) ShareWithGroup(gid int) error {
 
 // ReadOnlyMaps is the order of the map descriptors FromFDs takes and the
 // agent hands out (client.OpenAV).
-var ReadOnlyMaps = []string{bpf.MapAV, bpf.MapAVRev, bpf.MapAVMeta, bpf.MapAuthKey, bpf.MapEP, bpf.MapStats}
+var ReadOnlyMaps = []string{bpf.MapAVTab, bpf.MapAVMeta, bpf.MapAuthKey, bpf.MapEP, bpf.MapStats}
 
 // readOnlySet is where the ReadOnlyMaps go, in that order.
 func (d *Objects) readOnlySet() []**ebpf.Map {
-	return []**ebpf.Map{&d.AV, &d.AVRev, &d.AVMeta, &d.AuthKey, &d.EP, &d.Stats}
+	return []**ebpf.Map{&d.AVTab, &d.AVMeta, &d.AuthKey, &d.EP, &d.Stats}
 }
 
 // ReadOnlyFDs opens read-only handles on the dataplane's maps, in
-// ReadOnlyMaps order, for handing to applications (close them after).
+// ReadOnlyMaps order, then on every AV table, for handing to applications
+// (close them after).
 func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
 	if err := d.loaded("loader: read-only handles"); err != nil {
 		return nil, err
@@ -105,17 +106,25 @@ func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
 		}
 		out = append(out, m)
 	}
-	return out, nil
+	tables, err := d.pinnedTables()
+	if err != nil {
+		for _, o := range out {
+			o.Close()
+		}
+		return nil, err
+	}
+	return append(out, tables...), nil
 }
 
 // FromFDs makes a read-only *Objects from map descriptors in ReadOnlyMaps
-// order (received from the agent), for an application that cannot reach
-// the pins. It takes the descriptors over, also when it fails. Without the pin root it has no
+// order, then AV tables (received from the agent: ReadOnlyFDs), for an
+// application that cannot reach the pins. It takes the descriptors over,
+// also when it fails. Without the pin root it has no
 // cross-process lock: readers see changes once their writer finished them.
 func FromFDs(fds []int) (*Objects, error) {
 	err := checkOS()
-	if err == nil && len(fds) != len(ReadOnlyMaps) {
-		err = fmt.Errorf("loader: %d map descriptors, want %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
+	if err == nil && len(fds) < len(ReadOnlyMaps) {
+		err = fmt.Errorf("loader: %d map descriptors, want at least %d: %w", len(fds), len(ReadOnlyMaps), fi.EINVAL)
 	}
 	if err != nil {
 		for _, fd := range fds {
@@ -123,19 +132,32 @@ func FromFDs(fds []int) (*Objects, error) {
 		}
 		return nil, err
 	}
-	d := &Objects{pinned: true}
+	d := &Objects{pinned: true, fromFDs: true}
 	dst := d.readOnlySet()
-	for i, fd := range fds {
+	for _, fd := range fds[len(dst):] {
+		d.addTable(fd)
+	}
+	for i, fd := range fds[:len(dst)] {
 		m, err := ebpf.NewMapFromFD(fd)
 		if err != nil {
 			d.Close()
-			for _, rest := range fds[i:] {
+			for _, rest := range fds[i:len(dst)] {
 				unix.Close(rest)
 			}
 			return nil, fmt.Errorf("loader: map descriptor %d: %w", i, err)
 		}
 		*dst[i] = m
 	}
-	d.cfg.AVEntries, d.cfg.MaxAVs = d.AV.MaxEntries(), d.AVMeta.MaxEntries()
+	d.readLimits()
 	return d, nil
+}
+
+// readLimits fills a read-only dataplane's Config from the maps: MaxAVs
+// from the metadata array, AVEntries from its slot 0 (fixAVEntries).
+func (d *Objects) readLimits() {
+	d.cfg.MaxAVs = d.AVMeta.MaxEntries()
+	var g bpf.AVMeta
+	if d.AVMeta.Lookup(uint32(0), &g) == nil {
+		d.cfg.AVEntries = uint32(min(g.Flags, 1<<32-1))
+	}
 }

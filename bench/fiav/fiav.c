@@ -6,7 +6,8 @@
 //
 //   fiav SMALL BULK    insert and remove SMALL addresses one per call, one
 //                      per call with FI_MORE, 1024 per call; then insert
-//                      BULK in calls of 1024 (a fresh AV each time)
+//                      BULK in calls of 1024 (a fresh AV each time) and
+//                      time fi_av_lookup of random fi_addr values in it
 #include <malloc.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -57,6 +58,9 @@ static void die(const char *what, int ret) {
 // run inserts n addresses in calls of batch (flags on all but the last
 // call of each 1024 when more is set) and removes them in calls of batch,
 // printing rates and the heap growth per entry.
+// lookups is how many fi_av_lookup calls the bulk run times.
+#define LOOKUPS (1 << 20)
+
 static void run(const char *name, int n, int batch, int more, int remove, int last) {
 	struct sockaddr_in *sa = calloc(n, sizeof(*sa));
 	fi_addr_t *fa = calloc(n, sizeof(*fa));
@@ -84,10 +88,31 @@ static void run(const char *name, int n, int batch, int more, int remove, int la
 			die("fi_av_remove", ret);
 	}
 	double t3 = now();
+	// Lookups of random fi_addr values (an LCG over the inserted ones),
+	// when the entries are still in.
+	double lookup_ns = 0;
+	if (!remove) {
+		fi_addr_t *order = calloc(LOOKUPS, sizeof(*order));
+		unsigned int x = 12345;
+		for (int i = 0; i < LOOKUPS; i++) {
+			x = x * 1103515245u + 12345u;
+			order[i] = fa[(x >> 8) % (unsigned int)n];
+		}
+		struct sockaddr_in out;
+		double t4 = now();
+		for (int i = 0; i < LOOKUPS; i++) {
+			size_t len = sizeof(out);
+			int ret = fi_av_lookup(av, order[i], &out, &len);
+			if (ret)
+				die("fi_av_lookup", ret);
+		}
+		lookup_ns = (now() - t4) * 1e9 / LOOKUPS;
+		free(order);
+	}
 	fi_close(&av->fid);
-	printf("\"%s\":{\"n\":%d,\"insert_per_s\":%.1f,\"remove_per_s\":%.1f,\"heap_bytes_per_entry\":%.1f}%s\n",
+	printf("\"%s\":{\"n\":%d,\"insert_per_s\":%.1f,\"remove_per_s\":%.1f,\"heap_bytes_per_entry\":%.1f,\"lookup_ns\":%.1f}%s\n",
 	       name, n, n / (t1 - t0), remove ? n / (t3 - t2) : 0.0,
-	       (double)(m1.uordblks + m1.hblkhd - m0.uordblks - m0.hblkhd) / n, last ? "" : ",");
+	       (double)(m1.uordblks + m1.hblkhd - m0.uordblks - m0.hblkhd) / n, lookup_ns, last ? "" : ",");
 	free(sa);
 	free(fa);
 }

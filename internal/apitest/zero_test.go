@@ -242,6 +242,7 @@ func funcs() map[string]any {
 		"loader.Load":                loader.Load,
 		"loader.OpenPinned":          loader.OpenPinned,
 		"loader.FromFDs":             loader.FromFDs,
+		"loader.WaitReaders":         loader.WaitReaders,
 		"dataplane.AdoptSocket":      dataplane.AdoptSocket,
 		"dataplane.Open":             dataplane.Open,
 		"dataplane.ThreadNetns":      dataplane.ThreadNetns,
@@ -290,6 +291,8 @@ func funcs() map[string]any {
 		"bpf.LoadSpec":     bpf.LoadSpec,
 		"bpf.MakeAddr":     bpf.MakeAddr,
 		"bpf.ObjectSHA256": bpf.ObjectSHA256,
+		"bpf.AVHash":       bpf.AVHash,
+		"bpf.AVBuckets":    bpf.AVBuckets,
 	}
 }
 

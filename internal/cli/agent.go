@@ -51,7 +51,7 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&detach, "detach-on-exit", false, "remove the XDP program when the agent exits")
-	f.Uint32Var(&avEntries, "av-entries", 0, "capacity of the AV maps (0: the default, 262144; must match pinned maps)")
+	f.Uint32Var(&avEntries, "av-entries", 0, "AV entries of the node, all AVs together; nothing is preallocated (0: the default, 262144; must match pinned maps)")
 	f.StringVar(&adminGroup, "admin-group", "", "group (name or number) whose members may detach and change every AV, besides root")
 	f.DurationVar(&gcEvery, "gc-interval", 5*time.Second, "how often to reclaim what dead processes left in the maps (endpoints, AVs, reserved capacity)")
 	f.StringVar(&ports, "ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/loader"
 )
 
@@ -102,7 +103,7 @@ func (t *Tables) Install(dp *loader.Objects) error {
 		}
 	}
 	for k, v := range t.AV {
-		if err := dp.AV.Update(k, v, ebpf.UpdateAny); err != nil {
+		if err := avtab.Put(dp, k.AvId, k.Src, v); err != nil {
 			return fmt.Errorf("AV entry %v: %w", k.Src.AddrPort(), err)
 		}
 	}
@@ -124,14 +125,18 @@ func ReadTables(dp *loader.Objects, xskSlots ...uint32) (*Tables, error) {
 	for it := dp.EP.Iterate(); it.Next(&ek, &ev); {
 		t.EPs[ek] = ev
 	}
-	var ak bpf.AVKey
-	var av bpf.AVVal
-	it := dp.AV.Iterate()
-	for it.Next(&ak, &av) {
-		t.AV[ak] = av
-	}
-	if err := it.Err(); err != nil {
+	ids, err := dp.AVTableIDs()
+	if err != nil {
 		return nil, err
+	}
+	for _, id := range ids {
+		entries, err := avtab.Entries(dp, id)
+		if err != nil {
+			return nil, err
+		}
+		for src, v := range entries {
+			t.AV[bpf.AVKey{AvId: id, Src: src}] = v
+		}
 	}
 	local, err := dp.LocalAddrs()
 	if err != nil {

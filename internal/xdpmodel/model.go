@@ -54,7 +54,9 @@ type Tables struct {
 	// EPs is xdpfab_ep: endpoints by local address and port (an all-zero
 	// address is the family's wildcard).
 	EPs map[bpf.EPKey]bpf.EPVal
-	// AV is xdpfab_av: (AV, source) to fi_addr and user id.
+	// AV is what the AV tables (xdpfab_avtab) translate: (AV, source) to
+	// fi_addr and user id (reported only for entries flagged
+	// bpf.AVFUserID).
 	AV map[bpf.AVKey]bpf.AVVal
 	// Local is xdpfab_local: the host's addresses, with port 0.
 	Local map[bpf.Addr]bool
@@ -176,7 +178,10 @@ func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
 		if av.Flags&bpf.AVFUserID != 0 {
 			m.Flags |= wire.MetaUserID
 		}
-		m.FiAddr, m.UserID = av.FiAddr, av.UserId
+		m.FiAddr = av.FiAddr
+		if av.Flags&bpf.AVFUserID != 0 {
+			m.UserID = av.UserId
+		}
 	case ep.Policy == bpf.PolicyDrop:
 		return out(Drop, bpf.CounterDropPolicy)
 	case ep.Policy == bpf.PolicySourceErr:
