@@ -22,6 +22,7 @@ var linuxText = map[Errno]string{
 	ENOSPC:        "no space left on device",
 	ERANGE:        "numerical result out of range",
 	ENOSYS:        "function not implemented",
+	ENOMSG:        "no message of desired type",
 	ENODATA:       "no data available",
 	EOVERFLOW:     "value too large for defined data type",
 	EMSGSIZE:      "message too long",
