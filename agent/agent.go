@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -89,7 +88,6 @@ type Agent struct {
 	holds    map[int][]*queueHold // by ifindex, guarded by qmu
 	stopping atomic.Bool
 
-	ro          []*ebpf.Map          // read-only map handles handed to applications
 	atts        []*loader.Attachment // guarded by mu
 	ln          *net.UnixListener
 	http        *http.Server
@@ -296,9 +294,6 @@ func (a *Agent) close(detach bool) error {
 	a.mu.Unlock()
 	a.serving.Wait() // their endpoints are released before the maps go
 	a.mu.Lock()
-	for _, m := range a.ro {
-		errs = append(errs, m.Close())
-	}
 	for name, v := range a.avs {
 		errs = append(errs, v.Close())
 		delete(a.avs, name)
@@ -320,25 +315,6 @@ func (a *Agent) close(detach bool) error {
 	}
 	a.lock.release()
 	return errors.Join(errs...)
-}
-
-// roFDs returns the descriptors of read-only map handles, opened once and
-// duplicated for each application by SCM_RIGHTS.
-func (a *Agent) roFDs() ([]int, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ro == nil {
-		ro, err := a.dp.ReadOnlyFDs()
-		if err != nil {
-			return nil, err
-		}
-		a.ro = ro
-	}
-	fds := make([]int, len(a.ro))
-	for i, m := range a.ro {
-		fds[i] = m.FD()
-	}
-	return fds, nil
 }
 
 // listen opens the control socket with the configured permissions.

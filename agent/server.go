@@ -22,6 +22,11 @@ type conn struct {
 
 	mu  sync.Mutex
 	eps []*clientEP // endpoints to release when the connection ends
+
+	// afterReply releases what the last handler made for its reply
+	// (descriptors that only had to live until they were sent); the
+	// connection's goroutine runs it after the reply.
+	afterReply func()
 }
 
 func (a *Agent) accept() error {
@@ -111,7 +116,12 @@ func (a *Agent) serve(cn *conn) {
 			continue
 		}
 		resp, outFDs := a.dispatch(cn, &req, log)
-		if a.reply(cn, log, req.Op, resp, outFDs) != nil {
+		err = a.reply(cn, log, req.Op, resp, outFDs)
+		if f := cn.afterReply; f != nil {
+			cn.afterReply = nil
+			f()
+		}
+		if err != nil {
 			return
 		}
 	}
@@ -230,7 +240,7 @@ func (a *Agent) dispatch(cn *conn, req *ctl.Request, log *slog.Logger) (*ctl.Res
 		if b, err = json.Marshal(result); err == nil {
 			return &ctl.Response{ID: req.ID, Result: b}, fds
 		}
-		closeFDs(fds)
+		// The descriptors stay the handler's (see handler): not closed.
 		err = fmt.Errorf("%s: encode result: %v: %w", req.Op, err, fi.EIO)
 	}
 	log.Debug("request failed", "op", req.Op, "err", err)
@@ -318,9 +328,24 @@ func (a *Agent) handlerTable() map[string]handler {
 	add(typed(ctl.OpEPReport, func(cn *conn, args ctl.EPReportArgs) (ctl.None, []int, error) {
 		return ctl.None{}, nil, a.epReport(cn, args)
 	}))
-	add(typed(ctl.OpMapsOpen, func(*conn, ctl.None) (ctl.None, []int, error) {
-		fds, err := a.roFDs()
-		return ctl.None{}, fds, err
+	add(typed(ctl.OpMapsOpen, func(cn *conn, _ ctl.None) (ctl.None, []int, error) {
+		// Opened afresh for every request: the AV tables come and go
+		// (new AVs, growth), and a handle kept would keep a replaced
+		// table's memory alive.
+		ms, err := a.dp.ReadOnlyFDs()
+		if err != nil {
+			return ctl.None{}, nil, err
+		}
+		fds := make([]int, len(ms))
+		for i, m := range ms {
+			fds[i] = m.FD()
+		}
+		cn.afterReply = func() {
+			for _, m := range ms {
+				m.Close()
+			}
+		}
+		return ctl.None{}, fds, nil
 	}))
 	add(typed(ctl.OpNeighUse, func(cn *conn, args ctl.NeighUseArgs) (ctl.None, []int, error) {
 		return ctl.None{}, nil, a.neighUse(cn, args)
