@@ -459,11 +459,6 @@ var rxCases = []rxCase{
 	{"xdp-drop", "XDP_DROP (ceiling)"},
 }
 
-var rxGens = []struct{ key, title string }{
-	{"inject", "in-kernel injector (live frames)"},
-	{"sender", "user-space sender (sendmmsg, 1 thread)"},
-}
-
 func runRxCapacity(r *results, cfg *config) error {
 	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
 	if err != nil {
