@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 )
 
 // baselineFile is where the bench looks for the baseline, from bench/.
@@ -70,11 +71,16 @@ func reportBaseline(d *doc, base *results) {
 		after, ratio := "n/a", "n/a"
 		if now != nil {
 			after = fmt.Sprintf("%.4g", now.Median)
-			if now.Median != 0 {
+			// Oriented like the rest of the report: above 1, the
+			// change did better (a rate up, or a time or size down).
+			switch {
+			case strings.HasSuffix(m.Unit, "/s") && m.Median != 0:
+				ratio = fmt.Sprintf("%.2f", now.Median/m.Median)
+			case !strings.HasSuffix(m.Unit, "/s") && now.Median != 0:
 				ratio = fmt.Sprintf("%.2f", m.Median/now.Median)
 			}
 		}
 		rows = append(rows, []string{"`" + m.Key + "`", m.Unit, fmt.Sprintf("%.4g", m.Median), after, ratio})
 	}
-	d.table([]string{"measurement", "unit", "before (hash maps)", "after (this run)", "before ÷ after"}, rows)
+	d.table([]string{"measurement", "unit", "before (hash maps)", "after (this run)", "after's gain (above 1: better)"}, rows)
 }
