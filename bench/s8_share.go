@@ -41,6 +41,11 @@ import (
 
 var shareApps = []int{1, 2, 4, 8, 16}
 
+// shareKinds are the two ways of waiting, for xdpfab and the kernel-UDP
+// control: busy polling that gives the CPU up between polls, and blocking
+// until the reply (xdpfab: automatic progress and fi_cq_sread).
+var shareKinds = []string{"xdpfab", "udp", "xdpfab-block", "udp-block"}
+
 const sharePort = 7400 // host A's applications from here, host B's echoes likewise
 
 // shareResult is one application's run.
@@ -129,17 +134,17 @@ func runShare(r *results, cfg *config) error {
 		return fmt.Errorf("udp echo: %w", err)
 	}
 	defer stopUDP()
-	for _, kind := range []string{"xdpfab", "udp"} {
+	for _, kind := range shareKinds {
 		for _, n := range shareApps {
 			var aggs, p50s, p99s []float64
 			for range cfg.reps {
 				var res []shareResult
 				var err error
-				if kind == "xdpfab" {
-					res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, nil)
-				} else {
-					res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, udpEchoes)
+				udp := udpEchoes
+				if strings.HasPrefix(kind, "xdpfab") {
+					udp = nil
 				}
+				res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, udp, strings.HasSuffix(kind, "-block"))
 				if err != nil {
 					return fmt.Errorf("%s, %d applications: %w (agent: %s)", kind, n, err, lastLine(agLog.Bytes()))
 				}
@@ -243,7 +248,7 @@ func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort) (st
 // shareRun starts one application process per address (pinned to
 // cfg.cpuMeasure), lets them all open their endpoints, starts them at
 // once and collects their results.
-func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration, udp []netip.AddrPort) ([]shareResult, error) {
+func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration, udp []netip.AddrPort, block bool) ([]shareResult, error) {
 	type proc struct {
 		cmd *exec.Cmd
 		in  io.WriteCloser
@@ -264,6 +269,9 @@ func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.Addr
 			"XDPFAB_PEER="+strconv.Itoa(i), "XDPFAB_DURATION="+dur.String())
 		if udp != nil {
 			cmd.Env = append(cmd.Env, "XDPFAB_UDP_PEER="+udp[i].String())
+		}
+		if block {
+			cmd.Env = append(cmd.Env, "XDPFAB_BLOCK=1")
 		}
 		cmd.Stderr = os.Stderr
 		in, _ := cmd.StdinPipe()
@@ -329,10 +337,15 @@ func shareApp() (shareResult, error) {
 	}
 	defer dp.Close()
 	defer a.Close()
+	block := os.Getenv("XDPFAB_BLOCK") != ""
+	progress, wait := ep.ProgressManual, cq.WaitNone
+	if block {
+		progress, wait = ep.ProgressAuto, cq.WaitMutexCond
+	}
 	tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
-	rx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+	rx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg, WaitObj: wait})
 	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "share", Caps: fi.Msg, RingSize: 64},
-		ep.Attr{Ifname: testbed.LinkName, Local: local, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg, OpFlags: fi.InjectComplete})
+		ep.Attr{Ifname: testbed.LinkName, Local: local, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg, OpFlags: fi.InjectComplete, Progress: progress})
 	if err != nil {
 		return shareResult{}, err
 	}
@@ -361,6 +374,14 @@ func shareApp() (shareResult, error) {
 			e.Progress()
 		}
 		for spins := 0; ; spins++ {
+			if block {
+				if n, err := rx.SRead(ent[:], 5*time.Second); n == 1 {
+					break
+				} else if err != nil && !errors.Is(err, fi.EAGAIN) {
+					return shareResult{}, err
+				}
+				continue
+			}
 			if n, _ := rx.Read(ent[:]); n == 1 {
 				break
 			}
@@ -430,11 +451,20 @@ func shareUDPEcho(cfg *config, h *testbed.Host, locals []netip.AddrPort) (stop f
 // shareUDPApp is shareApp over a kernel UDP socket: the same loop, the
 // same polite wait.
 func shareUDPApp(peer netip.AddrPort) (shareResult, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	block := os.Getenv("XDPFAB_BLOCK") != ""
+	flags := unix.SOCK_DGRAM | unix.SOCK_CLOEXEC
+	if !block {
+		flags |= unix.SOCK_NONBLOCK
+	}
+	fd, err := unix.Socket(unix.AF_INET, flags, 0)
 	if err != nil {
 		return shareResult{}, err
 	}
 	defer unix.Close(fd)
+	if block {
+		tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	}
 	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(peer.Port()), Addr: peer.Addr().As4()}); err != nil {
 		return shareResult{}, err
 	}
@@ -490,14 +520,15 @@ func reportShare(d *doc) {
 	d.p("Target: the aggregate rate with N applications at least 0.9× one application's. The control row is the " +
 		"same N processes on the same CPU doing the same loop over kernel UDP sockets to a kernel UDP echo: " +
 		"nothing is shared between them but the CPU, so its ratio is what time-sharing one CPU costs; the " +
-		"sharing domain adds serialisation only where its ratio falls below the control's.")
+		"sharing domain adds serialisation only where its ratio falls below the control's. Each runs twice: " +
+		"polling (spinning on the CQ or a non-blocking socket, giving the CPU up with sched_yield every other " +
+		"poll) and blocking (xdpfab: automatic progress, the application asleep in fi_cq_sread; UDP: a blocking " +
+		"read): N pollers time-share one CPU, N blocked processes leave it to whoever has work.")
 	d.p("")
 	var rows [][]string
-	for _, kind := range []string{"xdpfab", "udp"} {
-		title := "xdpfab, one sharing domain"
-		if kind == "udp" {
-			title = "control: kernel UDP"
-		}
+	for _, kind := range shareKinds {
+		title := map[string]string{"xdpfab": "xdpfab, one sharing domain, polling", "udp": "control: kernel UDP, polling",
+			"xdpfab-block": "xdpfab, one sharing domain, blocking (automatic progress, sread)", "udp-block": "control: kernel UDP, blocking read"}[kind]
 		for _, n := range shareApps {
 			k := fmt.Sprintf("share/%s/%d", kind, n)
 			rows = append(rows, []string{title, fmt.Sprint(n), d.v(k+"/rate", 0), d.ratio(k+"/rate", "share/"+kind+"/1/rate"), d.v(k+"/p50", 1), d.v(k+"/p99", 1)})
