@@ -1,6 +1,7 @@
 package ep
 
 import (
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -69,5 +70,9 @@ func (e *Endpoint) autoProgress() {
 			e.shmAwake()
 		}
 		blocked = e.progress()
+		// A reader woken by what progress wrote runs on this thread now,
+		// before this goroutine blocks in poll(2) again: else the runtime
+		// hands the CPU over to another thread it must wake first.
+		runtime.Gosched()
 	}
 }
