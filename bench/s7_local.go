@@ -18,10 +18,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/xdpfab/xdpfab/client"
@@ -30,7 +28,6 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
-	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/stack"
 )
 
@@ -100,37 +97,12 @@ func runLocal(r *results, cfg *config) error {
 // both with endpoints on the bed's interface (one sharing domain: the
 // bench runs as root), on two ports of A's address.
 func xdpfabLocal(r *results, cfg *config, bd *testbed.Bed, iters, warm int, add func(string, string, int, []localChildResult)) error {
-	dir, err := os.MkdirTemp("", "xdpfab-bench-local")
+	ag, err := startAgent(cfg, bd.A)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	// The agent runs as its own process, as on a node: xdpfab built from
-	// the module this bench belongs to (bench/..).
-	bin := filepath.Join(dir, "xdpfab")
-	if out, err := exec.CommandContext(cfg.ctx, "go", "build", "-C", "..", "-o", bin, "./cmd/xdpfab").CombinedOutput(); err != nil {
-		return fmt.Errorf("build xdpfab (run from bench/): %v: %s", err, out)
-	}
-	pinRoot, sock := filepath.Join(dir, "bpffs"), filepath.Join(dir, "agent.sock")
-	defer loader.UnmountBPFFS(pinRoot)
-	ag := exec.Command(bin, "agent", "--iface", testbed.LinkName, "--pin-root", pinRoot, "--socket", sock)
-	var agLog bytes.Buffer
-	ag.Stdout, ag.Stderr = &agLog, &agLog
-	if err := bd.A.Do(ag.Start); err != nil {
-		return err
-	}
-	defer func() { ag.Process.Signal(syscall.SIGTERM); ag.Wait() }()
-	var c *client.Client
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err = client.Dial(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("agent did not come up: %v: %s", err, agLog.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	defer c.Close()
+	defer ag.Close()
+	c, sock := ag.c, ag.sock
 	srvAddr, cliAddr := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(bd.A.IPv4, rxPort+1)
 	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "pp"}); err != nil {
 		return err

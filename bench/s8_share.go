@@ -12,7 +12,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +19,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/xdpfab/xdpfab/av"
@@ -79,35 +76,12 @@ func runShare(r *results, cfg *config) error {
 	}
 	defer stopEcho()
 
-	dir, err := os.MkdirTemp("", "xdpfab-bench-share")
+	ag, err := startAgent(cfg, bd.A)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "xdpfab")
-	if out, err := exec.CommandContext(cfg.ctx, "go", "build", "-C", "..", "-o", bin, "./cmd/xdpfab").CombinedOutput(); err != nil {
-		return fmt.Errorf("build xdpfab (run from bench/): %v: %s", err, out)
-	}
-	pinRoot, sock := filepath.Join(dir, "bpffs"), filepath.Join(dir, "agent.sock")
-	defer loader.UnmountBPFFS(pinRoot)
-	ag := exec.Command(bin, "agent", "--iface", testbed.LinkName, "--pin-root", pinRoot, "--socket", sock, "--metrics", "")
-	var agLog bytes.Buffer
-	ag.Stdout, ag.Stderr = &agLog, &agLog
-	if err := bd.A.Do(ag.Start); err != nil {
-		return err
-	}
-	defer func() { ag.Process.Signal(syscall.SIGTERM); ag.Wait() }()
-	var c *client.Client
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err = client.Dial(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("agent did not come up: %v: %s", err, agLog.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	defer c.Close()
+	defer ag.Close()
+	c, sock := ag.c, ag.sock
 	var addrs []string
 	for _, e := range echoes {
 		addrs = append(addrs, e.String())
@@ -146,7 +120,7 @@ func runShare(r *results, cfg *config) error {
 				}
 				res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, udp, strings.HasSuffix(kind, "-block"))
 				if err != nil {
-					return fmt.Errorf("%s, %d applications: %w (agent: %s)", kind, n, err, lastLine(agLog.Bytes()))
+					return fmt.Errorf("%s, %d applications: %w (agent: %s)", kind, n, err, ag.lastLog())
 				}
 				total, p50, p99 := 0, []float64{}, 0.0
 				for _, x := range res {
@@ -358,35 +332,51 @@ func shareApp() (shareResult, error) {
 	peer := fi.Addr(peerIdx)
 	msg, buf := make([]byte, 64), make([]byte, 2048)
 	var ent [1]cq.Entry
-	rtts := make([]time.Duration, 0, 1<<16)
-	end := time.Now().Add(dur)
-	for time.Now().Before(end) {
+	send := func() error {
 		e.Recv(buf, fi.AddrUnspec, nil)
-		t0 := time.Now()
 		for {
 			err := e.Inject(msg, peer)
-			if err == nil {
-				break
-			}
 			if !errors.Is(err, fi.EAGAIN) {
-				return shareResult{}, err
+				return err
 			}
 			e.Progress()
 		}
+	}
+	poll := func() (bool, error) {
+		var n int
+		var err error
+		if block {
+			n, err = rx.SRead(ent[:], 5*time.Second)
+		} else {
+			n, err = rx.Read(ent[:])
+		}
+		if err != nil && !errors.Is(err, fi.EAGAIN) {
+			return false, err
+		}
+		return n == 1, nil
+	}
+	return pingLoop(dur, send, poll)
+}
+
+// pingLoop plays round trips for dur: send, then poll until the reply is
+// in (true), giving the CPU up every other empty poll (others share it),
+// and reports the count and the round trips' p50 and p99.
+func pingLoop(dur time.Duration, send func() error, poll func() (bool, error)) (shareResult, error) {
+	rtts := make([]time.Duration, 0, 1<<16)
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		t0 := time.Now()
+		if err := send(); err != nil {
+			return shareResult{}, err
+		}
 		for spins := 0; ; spins++ {
-			if block {
-				if n, err := rx.SRead(ent[:], 5*time.Second); n == 1 {
-					break
-				} else if err != nil && !errors.Is(err, fi.EAGAIN) {
-					return shareResult{}, err
-				}
-				continue
+			ok, err := poll()
+			if err != nil {
+				return shareResult{}, err
 			}
-			if n, _ := rx.Read(ent[:]); n == 1 {
+			if ok {
 				break
 			}
-			// Others share this CPU: give it up while the reply is on
-			// its way, as an application that polls politely would.
 			if spins&1 == 1 {
 				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			}
@@ -474,31 +464,15 @@ func shareUDPApp(peer netip.AddrPort) (shareResult, error) {
 	}
 	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
 	msg, buf := make([]byte, 64), make([]byte, 2048)
-	rtts := make([]time.Duration, 0, 1<<16)
-	end := time.Now().Add(dur)
-	for time.Now().Before(end) {
-		t0 := time.Now()
-		if _, err := unix.Write(fd, msg); err != nil {
-			return shareResult{}, err
-		}
-		for spins := 0; ; spins++ {
-			if _, err := unix.Read(fd, buf); err == nil {
-				break
-			}
-			if spins&1 == 1 {
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			}
-			if spins&4095 == 4095 && time.Now().After(end.Add(5*time.Second)) {
-				return shareResult{}, errors.New("no reply")
-			}
-		}
-		rtts = append(rtts, time.Since(t0))
+	send := func() error {
+		_, err := unix.Write(fd, msg)
+		return err
 	}
-	slices.Sort(rtts)
-	if len(rtts) == 0 {
-		return shareResult{}, errors.New("no round trip in the run")
+	poll := func() (bool, error) {
+		_, err := unix.Read(fd, buf)
+		return err == nil, nil
 	}
-	return shareResult{Count: len(rtts), P50: us(percentile(rtts, 0.5)), P99: us(percentile(rtts, 0.99))}, nil
+	return pingLoop(dur, send, poll)
 }
 
 // reportShare writes section 8 of BENCHMARKS.md.
