@@ -4,9 +4,11 @@ package ep_test
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 )
@@ -108,4 +110,49 @@ func TestPeekClaimDiscard(t *testing.T) {
 	}
 	empty(t, r.a.rx)
 	_ = ep.AnySource
+}
+
+// Peek, claim and discard work on same-host messages as on frames.
+func TestPeekClaimLocal(t *testing.T) {
+	n := newLocalNode(t)
+	x := n.open(t, netip.AddrPortFrom(n.h.IPv4, 7000), av.Attr{}, nil)
+	y := n.open(t, netip.AddrPortFrom(n.h.IPv4, 7001), av.Attr{}, nil)
+	yAtX := x.insert(t, y.local)
+	xAtY := y.insert(t, x.local)
+	arrive := func(tag uint64, msg string) {
+		t.Helper()
+		send(t, x, func() error { return x.ep.TSend([]byte(msg), yAtX, tag, nil) })
+		read(t, x.tx)
+		y.ep.Progress() // no receive posted: parked
+	}
+	arrive(5, "five")
+	if err := y.ep.TRecvMsg(nil, fi.AddrUnspec, 5, 0, "peek", fi.Peek|fi.Claim); err != nil {
+		t.Fatal(err)
+	}
+	if e, src, _ := read(t, y.rx); e.OpContext != "peek" || e.Len != 4 || e.Tag != 5 || src != xAtY {
+		t.Fatalf("peek and claim: %+v from %v", e, src)
+	}
+	buf := make([]byte, 64)
+	y.ep.TRecv(buf, fi.AddrUnspec, 5, 0, "other")
+	y.ep.Progress()
+	empty(t, y.rx)
+	if err := y.ep.TRecvMsg(buf[32:], fi.AddrUnspec, 0, 0, "peek", fi.Claim); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, _ := read(t, y.rx); e.OpContext != "peek" || string(buf[32:32+e.Len]) != "five" {
+		t.Fatalf("claimed same-host message: %+v", e)
+	}
+	arrive(6, "six")
+	if err := y.ep.TRecvMsg(nil, fi.AddrUnspec, 6, 0, "drop", fi.Peek|fi.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, _ := read(t, y.rx); e.OpContext != "drop" || e.Len != 3 {
+		t.Fatalf("peek and discard: %+v", e)
+	}
+	if err := y.ep.TRecvMsg(nil, fi.AddrUnspec, 6, 0, "again", fi.Peek); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ee := read(t, y.rx); ee == nil || ee.Err != fi.ENOMSG {
+		t.Fatalf("peek after discard: %+v", ee)
+	}
 }
