@@ -21,6 +21,7 @@ type collector struct {
 	rx, packets, avEntries, mapEntries    *prometheus.Desc
 	mapSize, endpoints, clients, restarts *prometheus.Desc
 	buildInfo                             *prometheus.Desc
+	holdEndpoints, holdSlots              *prometheus.Desc
 }
 
 func newCollector(a *Agent) *collector {
@@ -36,6 +37,10 @@ func newCollector(a *Agent) *collector {
 		restarts:   prometheus.NewDesc("xdpfab_agent_restarts_total", "Agent starts that adopted the pinned dataplane an earlier agent left (persisted in the maps).", nil, nil),
 		buildInfo: prometheus.NewDesc("xdpfab_build_info", "The agent's build; always 1.",
 			[]string{"version", "revision", "goversion", "bpf_object_sha256"}, nil),
+		holdEndpoints: prometheus.NewDesc("xdpfab_queue_hold_endpoints", "Endpoints on a hold of an interface's rx queues: a sharing domain's (domain set), or 1 for a private endpoint (domain empty).",
+			[]string{"iface", "queues", "domain"}, nil),
+		holdSlots: prometheus.NewDesc("xdpfab_queue_hold_endpoints_max", "Endpoints a sharing domain may hold (--domain-endpoints).",
+			[]string{"iface", "queues", "domain"}, nil),
 	}
 }
 
@@ -88,6 +93,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(s.Restarts))
 	v := version.Get()
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, v.Version, v.Commit, v.GoVersion, v.BPFObject)
+	for _, q := range s.Queues {
+		queues := fmt.Sprintf("%d-%d", q.FirstQueue, q.FirstQueue+q.Queues-1)
+		if q.Name == "" {
+			ch <- prometheus.MustNewConstMetric(c.holdEndpoints, prometheus.GaugeValue, 1, q.Iface, queues, "")
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.holdEndpoints, prometheus.GaugeValue, float64(q.Users), q.Iface, queues, q.Name)
+		ch <- prometheus.MustNewConstMetric(c.holdSlots, prometheus.GaugeValue, float64(q.Slots), q.Iface, queues, q.Name)
+	}
 	a.collectEndpoints(ch)
 }
 

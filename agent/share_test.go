@@ -413,6 +413,12 @@ func TestManyAppsOneQueue(t *testing.T) {
 	if out, _, _ := n.run("status"); !strings.Contains(out, "sharing domain uid:65534") || !strings.Contains(out, "4 of 8") {
 		t.Errorf("status:\n%s", out)
 	}
+	// And the metrics, by Prometheus' conventions.
+	if m := n.scrape(); m[`xdpfab_queue_hold_endpoints{domain="uid:65534",iface="veth0",queues="0-0"}`] != 4 ||
+		m[`xdpfab_queue_hold_endpoints_max{domain="uid:65534",iface="veth0",queues="0-0"}`] != 8 {
+		t.Errorf("queue hold metrics: %v", grepLines(n.scrapeText(), "queue_hold"))
+	}
+	lintMetrics(t, n.scrapeText())
 	phase := func(kids []*shareChild, rounds int) {
 		for _, c := range kids {
 			c.play(rounds)
