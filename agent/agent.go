@@ -393,14 +393,15 @@ func (a *Agent) gcLoop(ctx context.Context) {
 // (internal/procid), so a reused pid is never taken for the dead owner.
 func (a *Agent) gc() {
 	alive := func(pid uint32, start uint64) bool { return procid.ID{PID: pid, Start: start}.Alive() }
-	n := uint32(a.dp.AVMeta.MaxEntries())
-	for id := uint32(1); id < n; id++ {
-		var m bpf.AVMeta
-		if a.dp.AVMeta.Lookup(id, &m) != nil || m.InUse == 0 || m.OwnerPid == 0 || alive(m.OwnerPid, m.OwnerStart) {
-			continue
+	err := av.Slots(a.dp, func(id uint32, m *bpf.AVMeta) {
+		if m.OwnerPid == 0 || alive(m.OwnerPid, m.OwnerStart) {
+			return
 		}
 		err := av.DestroyOrphan(a.dp, id, m.OwnerPid, m.OwnerStart)
 		a.audit(self(), "av.destroy", err, &auditRec{attrs: []any{"av_id", id, "owner_pid", m.OwnerPid, "reason", "owner process gone"}})
+	})
+	if err != nil {
+		a.log.Warn("reclaim AVs", "err", err)
 	}
 	gone, err := ep.ReclaimDead(a.dp, alive)
 	if err != nil {

@@ -61,14 +61,11 @@ func (a *Agent) mayWriteAV(who caller, what, name string) error {
 // ownedNames lists the named AVs uid owns, from their pinned meta.
 func (a *Agent) ownedNames(uid uint32) []string {
 	var names []string
-	for id := uint32(1); id < a.dp.AVMeta.MaxEntries(); id++ {
-		var m bpf.AVMeta
-		if a.dp.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.OwnerUid == uid {
-			if name := m.NameString(); name != "" {
-				names = append(names, name)
-			}
+	av.Slots(a.dp, func(_ uint32, m *bpf.AVMeta) {
+		if name := m.NameString(); name != "" && m.OwnerUid == uid {
+			names = append(names, name)
 		}
-	}
+	})
 	return names
 }
 

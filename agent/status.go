@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
@@ -87,13 +88,11 @@ func count[K, V any](m *ebpf.Map) int {
 // namedAVs lists the names of every named AV in the dataplane.
 func (a *Agent) namedAVs() []string {
 	var names []string
-	n := a.dp.AVMeta.MaxEntries()
-	for id := uint32(1); id < n; id++ {
-		var m bpf.AVMeta
-		if a.dp.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.Name[0] != 0 {
+	av.Slots(a.dp, func(_ uint32, m *bpf.AVMeta) {
+		if m.Name[0] != 0 {
 			names = append(names, m.NameString())
 		}
-	}
+	})
 	sort.Strings(names)
 	return names
 }

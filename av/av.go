@@ -237,19 +237,49 @@ func (a *AV) adopt(id uint32, m bpf.AVMeta, attr *Attr) (*AV, error) {
 }
 
 func (a *AV) readMetas() ([]bpf.AVMeta, error) {
-	n := int(a.dp.AVMeta.MaxEntries())
+	out, err := readMetas(a.dp)
+	if err != nil {
+		return nil, fmt.Errorf("av open: %w", err)
+	}
+	return out, nil
+}
+
+// readMetas reads every AV slot's metadata in one batch, indexed by AV id
+// (slot 0 is the node's record, not an AV).
+func readMetas(dp *loader.Objects) ([]bpf.AVMeta, error) {
+	n := int(dp.AVMeta.MaxEntries())
 	keys := make([]uint32, n)
 	metas := make([]bpf.AVMeta, n)
 	var cursor ebpf.MapBatchCursor
-	got, err := a.dp.AVMeta.BatchLookup(&cursor, keys, metas, nil)
+	got, err := dp.AVMeta.BatchLookup(&cursor, keys, metas, nil)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil, fmt.Errorf("av open: read AV slots: %w", err)
+		return nil, fmt.Errorf("read AV slots: %w", err)
 	}
 	out := make([]bpf.AVMeta, n)
 	for i := range got {
 		out[keys[i]] = metas[i]
 	}
 	return out, nil
+}
+
+// Slots calls fn for every AV in use on dp (named or anonymous), in id
+// order, with its metadata (owner, name, generation), read in one batch:
+// for the agent's listings, quotas and garbage collection. A nil or zero
+// dp is EINVAL.
+func Slots(dp *loader.Objects, fn func(id uint32, m *bpf.AVMeta)) error {
+	if err := checkDataplane("av slots", dp); err != nil {
+		return err
+	}
+	metas, err := readMetas(dp)
+	if err != nil {
+		return fmt.Errorf("av slots: %w", err)
+	}
+	for id := 1; id < len(metas); id++ {
+		if metas[id].InUse != 0 {
+			fn(uint32(id), &metas[id])
+		}
+	}
+	return nil
 }
 
 // usable is the guard at the top of every method with an error result: a

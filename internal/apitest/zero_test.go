@@ -221,6 +221,7 @@ func funcs() map[string]any {
 		"av.Exists":        av.Exists,
 		"av.DestroyOrphan": av.DestroyOrphan,
 		"av.OwnerOf":       av.OwnerOf,
+		"av.Slots":         av.Slots,
 		"av.NewEventQueue": av.NewEventQueue,
 
 		"cq.Open":        cq.Open,
@@ -445,6 +446,7 @@ func TestZeroPointees(t *testing.T) {
 		"av.Open":          func() error { _, err := av.Open(zeroDP(), &av.Attr{}); return err },
 		"av.Destroy":       func() error { return av.Destroy(zeroDP(), "x") },
 		"av.DestroyOrphan": func() error { return av.DestroyOrphan(zeroDP(), 1, 1, 0) },
+		"av.Slots":         func() error { return av.Slots(zeroDP(), func(uint32, *bpf.AVMeta) {}) },
 		"ep.Open":          func() error { _, err := ep.Open(zeroDP(), ep.Attr{}); return err },
 		"ep.Prepare":       func() error { _, err := ep.Prepare(zeroDP(), ep.Attr{}); return err },
 		"ep.NewDomain":     func() error { _, err := ep.NewDomain(ep.DomainConfig{Queues: -1}); return err },
