@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ctl"
+	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/stack"
 )
 
 // benchAgent is `xdpfab agent` running as its own process in a host of a
@@ -75,4 +79,48 @@ func (a *benchAgent) Close() {
 	}
 	loader.UnmountBPFFS(filepath.Join(a.dir, "bpffs"))
 	os.RemoveAll(a.dir)
+}
+
+// agentStack opens what an application process of sections 7 and 8 runs
+// on: a connection to the agent on sock, a read-only view of the named AV
+// req.AV, the CQs (the receive one with wait object rxWait) and the
+// endpoint the agent prepares for req; attr gives the endpoint's other
+// attributes. closeAll releases them in reverse order.
+func agentStack(sock string, req ctl.EPOpenArgs, attr ep.Attr, cqSize int, rxWait cq.WaitObj) (_ *stack.Stack, closeAll func(), err error) {
+	var undo []func()
+	closeAll = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
+	c, err := client.Dial(sock)
+	if err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, func() { c.Close() })
+	dp, a, err := c.OpenAV(req.AV)
+	if err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, func() { dp.Close() }, func() { a.Close() })
+	s := &stack.Stack{AV: a}
+	if s.TxCQ, err = cq.Open(cq.Attr{Size: cqSize, Format: cq.FormatMsg}); err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, func() { s.TxCQ.Close() })
+	if s.RxCQ, err = cq.Open(cq.Attr{Size: cqSize, Format: cq.FormatMsg, WaitObj: rxWait}); err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, func() { s.RxCQ.Close() })
+	attr.AV, attr.TxCQ, attr.RxCQ = a, s.TxCQ, s.RxCQ
+	if s.EP, err = c.OpenEndpoint(req, attr); err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, func() { s.EP.Close() })
+	return s, closeAll, nil
 }

@@ -376,12 +376,18 @@ var ppPort = 47600
 // fiPingPong runs fi_pingpong's server in B and client in A (ip netns exec,
 // pinned with taskset) and returns the client's usec/xfer.
 func fiPingPong(cfg *config, bd *testbed.Bed, prov, epType string, size, iters int) (float64, error) {
+	return runFiPingPong(cfg, bd.B, bd.A, prov, epType, size, iters)
+}
+
+// runFiPingPong runs fi_pingpong's server in srvHost and its client in
+// cliHost, to srvHost's address (the same host for section 7).
+func runFiPingPong(cfg *config, srvHost, cliHost *testbed.Host, prov, epType string, size, iters int) (float64, error) {
 	ppPort++
 	port := fmt.Sprint(ppPort)
 	ctx, cancel := context.WithTimeout(cfg.ctx, time.Minute)
 	defer cancel()
 	args := []string{"-p", prov, "-e", epType, "-S", fmt.Sprint(size), "-I", fmt.Sprint(iters)}
-	srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.B.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
+	srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", srvHost.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
 		"fi_pingpong", "-B", port}, args...)...)
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
@@ -398,8 +404,8 @@ func fiPingPong(cfg *config, bd *testbed.Bed, prov, epType string, size, iters i
 	var err error
 	for try := 0; try < 50; try++ {
 		time.Sleep(100 * time.Millisecond)
-		cli := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", bd.A.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
-			"fi_pingpong", "-P", port}, append(args, bd.B.IPv4.String())...)...)
+		cli := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", cliHost.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+			"fi_pingpong", "-P", port}, append(args, srvHost.IPv4.String())...)...)
 		out, err = cli.CombinedOutput()
 		if err == nil || !bytes.Contains(out, []byte("Connection refused")) {
 			break

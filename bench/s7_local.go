@@ -22,13 +22,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
-	"github.com/xdpfab/xdpfab/stack"
 )
 
 var localSizes = []int{64, 1024}
@@ -71,7 +69,7 @@ func runLocal(r *results, cfg *config) error {
 		for _, size := range localSizes {
 			var res []localChildResult
 			for range cfg.reps {
-				mean, err := fiPingPongLocal(cfg, bd.A, size, iters)
+				mean, err := runFiPingPong(cfg, bd.A, bd.A, "udp", "dgram", size, iters)
 				if err != nil {
 					r.note("local", "fi_pingpong -p udp -e dgram -S %d on one host: %v", size, err)
 					res = nil
@@ -202,26 +200,14 @@ func localSide(role string) (localChildResult, error) {
 	size, iters, warm := atoi("XDPFAB_SIZE"), atoi("XDPFAB_ITERS"), atoi("XDPFAB_WARM")
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
 	iface := os.Getenv("XDPFAB_IFACE")
-	c, err := client.Dial(os.Getenv("XDPFAB_SOCKET"))
+	st, closeAll, err := agentStack(os.Getenv("XDPFAB_SOCKET"), ctl.EPOpenArgs{Iface: iface, Local: local.String(), AV: "pp", Caps: fi.Msg | fi.Source},
+		ep.Attr{Ifname: iface, Local: local, Caps: fi.Msg | fi.Source}, 1024, cq.WaitNone)
 	if err != nil {
 		return localChildResult{}, err
 	}
-	defer c.Close()
-	dp, a, err := c.OpenAV("pp")
-	if err != nil {
-		return localChildResult{}, err
-	}
-	defer dp.Close()
-	defer a.Close()
-	tx, _ := cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg})
-	rx, _ := cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg})
-	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: iface, Local: local.String(), AV: "pp", Caps: fi.Msg | fi.Source},
-		ep.Attr{Ifname: iface, Local: local, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg | fi.Source})
-	if err != nil {
-		return localChildResult{}, err
-	}
-	defer e.Close()
-	x := &xdpfabRx{Stack: &stack.Stack{AV: a, EP: e, TxCQ: tx, RxCQ: rx}}
+	defer closeAll()
+	e := st.EP
+	x := &xdpfabRx{Stack: st}
 	total := iters + warm
 	deadline := time.Now().Add(2 * time.Minute)
 	buf := make([]byte, e.MaxMsgSize())
@@ -277,46 +263,6 @@ func localSide(role string) (localChildResult, error) {
 	elapsed := time.Since(startT)
 	slices.Sort(halves)
 	return localChildResult{Mean: us(elapsed) / float64(iters) / 2, P50: us(percentile(halves, 0.5)), P99: us(percentile(halves, 0.99))}, nil
-}
-
-// fiPingPongLocal runs fi_pingpong's server and client both in h (ip
-// netns exec, pinned with taskset), the client to h's own address, and
-// returns the client's usec/xfer.
-func fiPingPongLocal(cfg *config, h *testbed.Host, size, iters int) (float64, error) {
-	ppPort++
-	port := fmt.Sprint(ppPort)
-	ctx, cancel := context.WithTimeout(cfg.ctx, time.Minute)
-	defer cancel()
-	args := []string{"-p", "udp", "-e", "dgram", "-S", fmt.Sprint(size), "-I", fmt.Sprint(iters)}
-	srv := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuLoad),
-		"fi_pingpong", "-B", port}, args...)...)
-	var srvOut bytes.Buffer
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	if err := srv.Start(); err != nil {
-		return 0, err
-	}
-	defer func() {
-		if srv.ProcessState == nil {
-			srv.Process.Kill()
-			srv.Wait()
-		}
-	}()
-	var out []byte
-	var err error
-	for try := 0; try < 50; try++ {
-		time.Sleep(100 * time.Millisecond)
-		cli := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
-			"fi_pingpong", "-P", port}, append(args, h.IPv4.String())...)...)
-		out, err = cli.CombinedOutput()
-		if err == nil || !bytes.Contains(out, []byte("Connection refused")) {
-			break
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%v: %s%s", err, lastLine(out), lastLine(srvOut.Bytes()))
-	}
-	srv.Wait()
-	return parseUsecPerXfer(out)
 }
 
 // loadAvg is /proc/loadavg's first three fields.

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/av"
-	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -300,30 +299,19 @@ func shareApp() (shareResult, error) {
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
 	peerIdx, _ := strconv.Atoi(os.Getenv("XDPFAB_PEER"))
 	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
-	c, err := client.Dial(os.Getenv("XDPFAB_SOCKET"))
-	if err != nil {
-		return shareResult{}, err
-	}
-	defer c.Close()
-	dp, a, err := c.OpenAV("share")
-	if err != nil {
-		return shareResult{}, err
-	}
-	defer dp.Close()
-	defer a.Close()
 	block := os.Getenv("XDPFAB_BLOCK") != ""
 	progress, wait := ep.ProgressManual, cq.WaitNone
 	if block {
 		progress, wait = ep.ProgressAuto, cq.WaitMutexCond
 	}
-	tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
-	rx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg, WaitObj: wait})
-	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "share", Caps: fi.Msg, RingSize: 64},
-		ep.Attr{Ifname: testbed.LinkName, Local: local, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg, OpFlags: fi.InjectComplete, Progress: progress})
+	st, closeAll, err := agentStack(os.Getenv("XDPFAB_SOCKET"),
+		ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "share", Caps: fi.Msg, RingSize: 64},
+		ep.Attr{Ifname: testbed.LinkName, Local: local, Caps: fi.Msg, OpFlags: fi.InjectComplete, Progress: progress}, 256, wait)
 	if err != nil {
 		return shareResult{}, err
 	}
-	defer e.Close()
+	defer closeAll()
+	e, rx := st.EP, st.RxCQ
 	fmt.Println("ready")
 	in := bufio.NewReader(os.Stdin)
 	if _, err := in.ReadString('\n'); err != nil {
