@@ -229,12 +229,8 @@ func (a *Agent) releaseClient(cn *conn) {
 		err := e.p.Close()
 		a.audit(cn.who, "ep.close", err, &auditRec{attrs: []any{"id", e.p.ID(), "local", e.local, "reason", "connection closed"}})
 		a.releaseEP(cn.who.uid, e.umem)
-		switch {
-		case e.hold != nil:
-			a.qmu.Lock()
-			a.unhold(e.ifindex, e.hold)
-			a.qmu.Unlock()
-		case e.dom != nil:
+		a.releaseHold(e)
+		if e.dom != nil {
 			// The process may still run the endpoint's data path (it
 			// closed only its connection): its frames and slot are taken
 			// back once it is gone.
@@ -248,15 +244,21 @@ func (a *Agent) releaseClient(cn *conn) {
 // back its queues or its slot in the sharing domain.
 func (a *Agent) closeEP(e *clientEP, reason string) error {
 	err := e.p.Close()
-	switch {
-	case e.hold != nil:
-		a.qmu.Lock()
-		a.unhold(e.ifindex, e.hold)
-		a.qmu.Unlock()
-	case e.dom != nil:
+	a.releaseHold(e)
+	if e.dom != nil {
 		a.retireEP(e, reason)
 	}
 	return err
+}
+
+// releaseHold gives a private endpoint's queues back (nothing for a
+// sharing domain's: the domain holds them).
+func (a *Agent) releaseHold(e *clientEP) {
+	if e.hold != nil {
+		a.qmu.Lock()
+		a.unhold(e.ifindex, e.hold)
+		a.qmu.Unlock()
+	}
 }
 
 // neighUse makes the kernel resolve (or re-verify) a next hop for an

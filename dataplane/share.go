@@ -677,20 +677,10 @@ func (b *ShareBlock) Held(slot int) int {
 // slot's before the RX ring's consumer index moves past them, so no frame
 // is ever in neither place.
 func (s *Socket) TakeShared(b *ShareBlock, slot int, descs []Desc) int {
-	if s == nil || !b.ok() {
+	if !b.ok() {
 		return 0
 	}
-	r := &s.rx
-	if r.mem == nil {
-		return 0
-	}
-	n := r.avail(uint32(len(descs)))
-	for i := range n {
-		descs[i] = r.get(i)
-	}
-	b.Mark(slot, descs[:n])
-	r.release(n)
-	return int(n)
+	return s.take(b, slot, descs)
 }
 
 // DrainRx takes every descriptor on the socket's RX ring, wherever

@@ -459,7 +459,11 @@ func (s *Socket) Receive(descs []Desc) int {
 // Take is Receive without the wake-up: it only reads the RX ring and never
 // makes a system call, so a caller may hold a lock around it that it would
 // not hold across one.
-func (s *Socket) Take(descs []Desc) int {
+func (s *Socket) Take(descs []Desc) int { return s.take(nil, 0, descs) }
+
+// take reads the RX ring into descs; with a ShareBlock it marks the frames
+// as slot's before the consumer index moves past them (TakeShared).
+func (s *Socket) take(b *ShareBlock, slot int, descs []Desc) int {
 	if s == nil {
 		return 0
 	}
@@ -470,6 +474,9 @@ func (s *Socket) Take(descs []Desc) int {
 	n := r.avail(uint32(len(descs)))
 	for i := range n {
 		descs[i] = r.get(i)
+	}
+	if b != nil {
+		b.Mark(slot, descs[:n])
 	}
 	r.release(n)
 	return int(n)
