@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net/netip"
 )
 
@@ -142,9 +143,10 @@ func (f *Frame) Put(b []byte) int {
 	case !f.NoHdr:
 		p += PutHdr(u[p:], f.Hdr)
 	}
-	copy(u[p:], f.Payload)
 	if !v4 || !f.NoUDPCsum {
-		binary.BigEndian.PutUint16(u[6:], udpChecksum(f, u[:udpLen], proto))
+		binary.BigEndian.PutUint16(u[6:], udpChecksum(f, u[:udpLen], p, proto))
+	} else {
+		copy(u[p:], f.Payload)
 	}
 	return n
 }
@@ -154,7 +156,10 @@ func (f *Frame) Put(b []byte) int {
 // checksum is right, 0.
 func IPv4Checksum(h []byte) uint16 { return ^fold(sum(h, 0)) }
 
-func udpChecksum(f *Frame, udp []byte, proto uint8) uint16 {
+// udpChecksum copies f.Payload to udp[p:] and returns the UDP checksum of
+// udp (header with a zero checksum field, xdpfab header, payload) with its
+// pseudo-header: the payload is summed on its way into the frame.
+func udpChecksum(f *Frame, udp []byte, p int, proto uint8) uint16 {
 	var acc uint32
 	if src := f.Src.Addr().Unmap(); src.Is4() {
 		a, d := src.As4(), f.Dst.Addr().Unmap().As4()
@@ -166,22 +171,18 @@ func udpChecksum(f *Frame, udp []byte, proto uint8) uint16 {
 		acc = sum(d[:], acc)
 	}
 	acc += uint32(proto) + uint32(len(udp))
-	c := ^fold(sum(udp, acc))
+	if p%2 == 0 {
+		acc = sum(udp[:p], acc)
+		acc += uint32(bits.ReverseBytes16(fold64(copySum(udp[p:], f.Payload, 0))))
+	} else { // a raw header of odd length (tests): words straddle the payload
+		copy(udp[p:], f.Payload)
+		acc = sum(udp, acc)
+	}
+	c := ^fold(acc)
 	if c == 0 {
 		c = 0xffff
 	}
 	return c
-}
-
-func sum(b []byte, acc uint32) uint32 {
-	for len(b) >= 2 {
-		acc += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		acc += uint32(b[0]) << 8
-	}
-	return acc
 }
 
 func fold(acc uint32) uint16 {

@@ -1,0 +1,99 @@
+package wire
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// The Internet checksum (RFC 1071) in 64-bit words. A ones' complement sum
+// does not depend on byte order as long as the words start at even
+// offsets: the sum of little-endian words, folded to 16 bits and
+// byte-swapped, is the sum of the big-endian 16-bit words. One add with
+// carry per eight bytes (ADC on amd64) instead of one add per two: at an
+// MTU-sized message the send path's checksum went from the largest part of
+// building a frame to a fraction of the payload copy
+// (BenchmarkChecksum, docs/ARCHITECTURE.md#sending-a-message).
+
+// sum adds b's big-endian 16-bit words (an odd last byte as the high byte
+// of a word) to acc, as a 32-bit ones' complement accumulator that fold
+// reduces.
+func sum(b []byte, acc uint32) uint32 {
+	if len(b) < 16 {
+		for len(b) >= 2 {
+			acc += uint32(binary.BigEndian.Uint16(b))
+			b = b[2:]
+		}
+		if len(b) == 1 {
+			acc += uint32(b[0]) << 8
+		}
+		return acc
+	}
+	return acc + uint32(bits.ReverseBytes16(fold64(sum64(b, 0))))
+}
+
+// sum64 adds b's little-endian 64-bit words to acc with end-around carry
+// (a short last word padded with zeros).
+func sum64(b []byte, acc uint64) uint64 {
+	var c uint64
+	i := 0
+	for ; i+32 <= len(b); i += 32 {
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[i:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[i+8:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[i+16:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[i+24:]), c)
+	}
+	for ; i+8 <= len(b); i += 8 {
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[i:]), c)
+	}
+	if i < len(b) {
+		var t [8]byte
+		copy(t[:], b[i:])
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(t[:]), c)
+	}
+	acc, c = bits.Add64(acc, 0, c)
+	return acc + c
+}
+
+// copySum copies src into dst (len(dst) >= len(src)) and returns sum64 of
+// src added to acc, in one pass over the bytes.
+func copySum(dst, src []byte, acc uint64) uint64 {
+	dst = dst[:len(src)]
+	var c uint64
+	i := 0
+	for ; i+32 <= len(src); i += 32 {
+		a := binary.LittleEndian.Uint64(src[i:])
+		b := binary.LittleEndian.Uint64(src[i+8:])
+		d := binary.LittleEndian.Uint64(src[i+16:])
+		e := binary.LittleEndian.Uint64(src[i+24:])
+		binary.LittleEndian.PutUint64(dst[i:], a)
+		binary.LittleEndian.PutUint64(dst[i+8:], b)
+		binary.LittleEndian.PutUint64(dst[i+16:], d)
+		binary.LittleEndian.PutUint64(dst[i+24:], e)
+		acc, c = bits.Add64(acc, a, c)
+		acc, c = bits.Add64(acc, b, c)
+		acc, c = bits.Add64(acc, d, c)
+		acc, c = bits.Add64(acc, e, c)
+	}
+	for ; i+8 <= len(src); i += 8 {
+		a := binary.LittleEndian.Uint64(src[i:])
+		binary.LittleEndian.PutUint64(dst[i:], a)
+		acc, c = bits.Add64(acc, a, c)
+	}
+	if i < len(src) {
+		var t [8]byte
+		copy(t[:], src[i:])
+		copy(dst[i:], src[i:])
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(t[:]), c)
+	}
+	acc, c = bits.Add64(acc, 0, c)
+	return acc + c
+}
+
+// fold64 folds a 64-bit ones' complement sum to 16 bits.
+func fold64(s uint64) uint16 {
+	s = s&0xffffffff + s>>32
+	s = s&0xffffffff + s>>32
+	s = s&0xffff + s>>16
+	s = s&0xffff + s>>16
+	return uint16(s)
+}
