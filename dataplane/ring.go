@@ -10,13 +10,18 @@ import (
 
 // Desc is one RX or TX ring descriptor (struct xdp_desc): a packet at UMEM
 // offset Addr of Len bytes. Options carries XDP_PKT_CONTD for multi-buffer
-// packets, which this package does not enable, so it is 0. The ring memory
-// is read through this type (uapi_linux.go checks its layout).
+// packets, which this package does not enable, and on the TX ring
+// DescTxMetadata. The ring memory is read through this type
+// (uapi_linux.go checks its layout).
 type Desc struct {
 	Addr    uint64
 	Len     uint32
 	Options uint32
 }
+
+// DescTxMetadata (XDP_TX_METADATA) in a TX descriptor's Options tells the
+// kernel to read the TX metadata in front of the packet (UMEM.TxChecksum).
+const DescTxMetadata = 1 << 1
 
 // ring is one single-producer single-consumer ring shared with the kernel.
 // For the fill and TX rings user space produces and the kernel consumes;

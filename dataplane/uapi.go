@@ -38,6 +38,16 @@ const (
 	sxdpUseNeedWakeup = 1 << 3 // XDP_USE_NEED_WAKEUP
 )
 
+// AF_XDP TX metadata (linux/if_xdp.h, Linux 6.11 and later for the UMEM
+// flag): struct xsk_tx_metadata in front of a transmitted packet.
+const (
+	umemTxMetadataLen = 1 << 2 // XDP_UMEM_TX_METADATA_LEN, in xdp_umem_reg.flags
+	txmdFlagsChecksum = 1 << 1 // XDP_TXMD_FLAGS_CHECKSUM
+	// TxMetadataLen is sizeof(struct xsk_tx_metadata): flags (u64), then
+	// the request: csum_start (u16), csum_offset (u16), launch_time (u64).
+	TxMetadataLen = 24
+)
+
 const (
 	ringNeedWakeup    = 1   // XDP_RING_NEED_WAKEUP, in a ring's flags
 	optionsZeroCopy   = 1   // XDP_OPTIONS_ZEROCOPY, in struct xdp_options

@@ -35,6 +35,10 @@ const (
 	_ = uint(sxdpZeroCopy-unix.XDP_ZEROCOPY) + uint(unix.XDP_ZEROCOPY-sxdpZeroCopy)
 	_ = uint(sxdpUseNeedWakeup-unix.XDP_USE_NEED_WAKEUP) + uint(unix.XDP_USE_NEED_WAKEUP-sxdpUseNeedWakeup)
 
+	_ = uint(umemTxMetadataLen-unix.XDP_UMEM_TX_METADATA_LEN) + uint(unix.XDP_UMEM_TX_METADATA_LEN-umemTxMetadataLen)
+	_ = uint(txmdFlagsChecksum-unix.XDP_TXMD_FLAGS_CHECKSUM) + uint(unix.XDP_TXMD_FLAGS_CHECKSUM-txmdFlagsChecksum)
+	_ = uint(DescTxMetadata-unix.XDP_TX_METADATA) + uint(unix.XDP_TX_METADATA-DescTxMetadata)
+
 	_ = uint(ringNeedWakeup-unix.XDP_RING_NEED_WAKEUP) + uint(unix.XDP_RING_NEED_WAKEUP-ringNeedWakeup)
 	_ = uint(optionsZeroCopy-unix.XDP_OPTIONS_ZEROCOPY) + uint(unix.XDP_OPTIONS_ZEROCOPY-optionsZeroCopy)
 	_ = uint(xdpPacketHeadroom-unix.XDP_PACKET_HEADROOM) + uint(unix.XDP_PACKET_HEADROOM-xdpPacketHeadroom)

@@ -1,11 +1,13 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
@@ -43,6 +45,14 @@ type UMEMConfig struct {
 	// Headroom is extra space the kernel leaves free at the start of each
 	// received frame, before PacketHeadroom. Default 0.
 	Headroom int `json:"headroom"`
+	// TxMetadata reserves TxMetadataLen bytes in front of every
+	// transmitted packet for AF_XDP TX metadata (XDP_UMEM_TX_METADATA_LEN,
+	// Linux 6.11 and later), through which a send can leave its UDP
+	// checksum to the kernel (UMEM.TxChecksum). Every TX descriptor of such
+	// a UMEM must then start at least TxMetadataLen bytes into its frame
+	// (UMEM.TxOffset). A kernel without the feature registers the UMEM
+	// without it, and TxMetadata reads false (UMEM.Config).
+	TxMetadata bool `json:"tx_metadata,omitempty"`
 	// Shared backs the frames with a memfd (Memfd) instead of anonymous
 	// memory, so that another process can map them with AttachUMEM. The
 	// memfd is sealed against resizing. AttachUMEM ignores the field (its
@@ -93,11 +103,13 @@ func (c UMEMConfig) withDefaults() (UMEMConfig, error) {
 // The frame allocator (Alloc, Free, FillFree, CompleteFree) may be used
 // from several goroutines; it takes a mutex once per batch.
 type UMEM struct {
-	cfg      UMEMConfig
-	mem      []byte
-	memfd    int  // -1 for anonymous memory
-	attached bool // mapped by AttachUMEM: registered by another socket's owner
-	shift    uint // log2(FrameSize)
+	cfg        UMEMConfig
+	mem        []byte
+	memfd      int         // -1 for anonymous memory
+	attached   bool        // mapped by AttachUMEM: registered by another socket's owner
+	txmd       atomic.Bool // registered with TX metadata (cfg.TxMetadata and the kernel took it)
+	registered atomic.Bool // register succeeded (for an attached UMEM: never)
+	shift      uint        // log2(FrameSize)
 
 	freeMu  sync.Mutex
 	free    []uint64 // stack of free frame addresses
@@ -201,6 +213,7 @@ func AttachUMEM(memfd int, cfg UMEMConfig) (*UMEM, error) {
 	unix.CloseOnExec(memfd)
 	u := newUMEM(cfg, mem, memfd)
 	u.attached = true
+	u.txmd.Store(cfg.TxMetadata) // as its owner registered it
 	return u, nil
 }
 
@@ -245,12 +258,49 @@ func (u *UMEM) Memfd() int {
 }
 
 // Config returns the UMEM's configuration with defaults filled in (the
-// zero UMEMConfig for a nil UMEM).
+// zero UMEMConfig for a nil UMEM). Once registered, TxMetadata says whether
+// the kernel took it.
 func (u *UMEM) Config() UMEMConfig {
 	if u == nil {
 		return UMEMConfig{}
 	}
-	return u.cfg
+	c := u.cfg
+	if c.TxMetadata && u.registered.Load() {
+		c.TxMetadata = u.txmd.Load()
+	}
+	return c
+}
+
+// TxOffset is where a transmitted packet starts in its frame: 0, or
+// TxMetadataLen for a UMEM registered with TX metadata.
+func (u *UMEM) TxOffset() uint64 {
+	if u != nil && u.txmd.Load() {
+		return TxMetadataLen
+	}
+	return 0
+}
+
+// TxChecksum asks the kernel to complete the checksum of the packet at
+// addr (a TX address at least TxOffset into its frame, of a UMEM
+// registered with TX metadata): the 16 bits at csumStart+csumOffset of the
+// packet hold the sum of the pseudo header, and the kernel sums from
+// csumStart to the end of the packet and stores the checksum there
+// (XDP_TXMD_FLAGS_CHECKSUM; in copy mode the packet leaves as a
+// CHECKSUM_PARTIAL skb, which a device completes in hardware or the stack
+// in software, and which veth hands on without ever computing). The
+// descriptor must carry DescTxMetadata. It reports false, writing nothing,
+// when the UMEM has no TX metadata or addr is too close to its frame's
+// start.
+func (u *UMEM) TxChecksum(addr uint64, csumStart, csumOffset uint16) bool {
+	if u == nil || u.mem == nil || !u.txmd.Load() || addr-u.FrameAddr(addr) < TxMetadataLen {
+		return false
+	}
+	m := u.mem[addr-TxMetadataLen : addr]
+	binary.LittleEndian.PutUint64(m[0:], txmdFlagsChecksum)
+	binary.LittleEndian.PutUint16(m[8:], csumStart)
+	binary.LittleEndian.PutUint16(m[10:], csumOffset)
+	clear(m[12:])
+	return true
 }
 
 // FrameSize is the size of one frame in bytes.
@@ -459,7 +509,20 @@ func (u *UMEM) register(fd int) error {
 		Size:     uint32(u.cfg.FrameSize),
 		Headroom: uint32(u.cfg.Headroom),
 	}
+	if u.cfg.TxMetadata {
+		reg.Flags |= umemTxMetadataLen
+		reg.Tx_metadata_len = TxMetadataLen
+	}
 	err := setsockoptPtr(fd, solXDP, optUmemReg, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
+	if errors.Is(err, unix.EINVAL) && u.cfg.TxMetadata {
+		// A kernel before 6.11: no TX metadata, checksums in software.
+		reg.Flags, reg.Tx_metadata_len = 0, 0
+		err = setsockoptPtr(fd, solXDP, optUmemReg, unsafe.Pointer(&reg), unsafe.Sizeof(reg))
+	}
+	if err == nil {
+		u.txmd.Store(reg.Tx_metadata_len != 0)
+		u.registered.Store(true)
+	}
 	if errors.Is(err, unix.ENOBUFS) {
 		var lim unix.Rlimit
 		_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)

@@ -114,7 +114,7 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 	if a.Frames/2/queues < 16 {
 		return nil, fmt.Errorf("%d frames too few for %d queues: %w", a.Frames, queues, fi.EINVAL)
 	}
-	if d.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: a.Frames, Shared: memfd}); err != nil {
+	if d.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: a.Frames, Shared: memfd, TxMetadata: true}); err != nil {
 		return nil, err
 	}
 	defer func() {

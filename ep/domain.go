@@ -125,7 +125,7 @@ func NewDomain(cfg DomainConfig) (_ *Domain, err error) {
 			dev.close()
 		}
 	}()
-	if dev.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: numFrames, Shared: true}); err != nil {
+	if dev.umem, err = dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: numFrames, Shared: true, TxMetadata: true}); err != nil {
 		return nil, fmt.Errorf("domain: %w", err)
 	}
 	for q := range cfg.Queues {

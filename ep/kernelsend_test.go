@@ -188,3 +188,92 @@ func TestWildcardLocalOnly(t *testing.T) {
 		t.Errorf("the wildcard endpoint received a broadcast: %+v", e[0])
 	}
 }
+
+// An endpoint leaves its UDP checksums to the kernel (AF_XDP TX metadata,
+// copy mode): the frame leaves with the pseudo-header sum in the checksum
+// field as a CHECKSUM_PARTIAL packet, and a kernel UDP socket of the peer
+// (which has the XDP program attached, natively or generic, and passes the
+// datagram on) receives every size intact, over IPv4 and IPv6. A capture on
+// the peer shows the field as the kernel's own sockets leave it.
+func TestSentChecksumOffload(t *testing.T) {
+	for _, mode := range []loader.Mode{loader.Native, loader.Generic} {
+		for _, v6 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/%s", mode, map[bool]string{false: "ipv4", true: "ipv6"}[v6]), func(t *testing.T) {
+				r := newRig(t, rigOpts{v6: v6, mode: mode})
+				svc := netip.AddrPortFrom(r.b.local.Addr(), 9999)
+				conn, err := r.b.h.ListenPacket("udp", svc.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				var capFD int
+				err = r.b.h.Do(func() (err error) {
+					capFD, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer unix.Close(capFD)
+				unix.SetsockoptTimeval(capFD, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+				to := r.a.insert(t, svc)
+				for _, n := range []int{0, 1, 63, 64, 471, 1024, r.a.ep.MaxMsgSize()} {
+					payload := bytes.Repeat([]byte{byte(n), 0x5a, 0xa5}, n/3+1)[:n]
+					send(t, r.a, func() error { return r.a.ep.Send(payload, to, n) })
+					read(t, r.a.tx)
+					conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+					b := make([]byte, 9000)
+					got, _, err := conn.ReadFrom(b)
+					if err != nil || got != wire.HdrLen+n || !bytes.Equal(b[wire.HdrLen:got], payload) {
+						t.Fatalf("%d bytes: kernel socket got %d bytes (%v)", n, got, err)
+					}
+					if !capturedPartial(t, capFD, svc, wire.UDPHeaderLen+wire.HdrLen+n) {
+						t.Fatalf("%d bytes: the frame left with a full checksum, not the kernel's to complete", n)
+					}
+				}
+			})
+		}
+	}
+}
+
+// capturedPartial reads captured IP packets until the UDP datagram of
+// udpLen bytes to dst and reports whether its checksum field held the
+// folded pseudo-header sum (CHECKSUM_PARTIAL).
+func capturedPartial(t *testing.T, fd int, dst netip.AddrPort, udpLen int) bool {
+	t.Helper()
+	b := make([]byte, 9100)
+	for {
+		n, _, err := unix.Recvfrom(fd, b, 0)
+		if err != nil {
+			t.Fatalf("capture: %v", err)
+		}
+		p := b[:n]
+		var src, to netip.Addr
+		var udp []byte
+		switch {
+		case n >= 28 && p[0]>>4 == 4 && p[9] == 17:
+			ihl := int(p[0]&15) * 4
+			src, to, udp = netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20])), p[ihl:]
+		case n >= 48 && p[0]>>4 == 6 && p[6] == 17:
+			src, to, udp = netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40])), p[40:]
+		default:
+			continue
+		}
+		if to != dst.Addr() || int(udp[2])<<8|int(udp[3]) != int(dst.Port()) || len(udp) != udpLen {
+			continue
+		}
+		var acc uint32
+		for _, a := range [][]byte{src.AsSlice(), to.AsSlice()} {
+			for i := 0; i < len(a); i += 2 {
+				acc += uint32(a[i])<<8 | uint32(a[i+1])
+			}
+		}
+		acc += 17 + uint32(udpLen)
+		for acc > 0xffff {
+			acc = acc>>16 + acc&0xffff
+		}
+		return uint32(udp[6])<<8|uint32(udp[7]) == acc
+	}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

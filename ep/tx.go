@@ -27,6 +27,11 @@ type txState struct {
 	addrs       []uint64
 	descs       []dataplane.Desc
 	shift       uint
+	// txOff is where a packet starts in its frame; csumOffload asks the
+	// kernel to complete UDP checksums (a copy-mode socket on a UMEM with
+	// TX metadata: the packet leaves as a CHECKSUM_PARTIAL skb).
+	txOff       uint64
+	csumOffload bool
 	// A sharing domain's endpoint transmits on a socket of its own (s)
 	// and takes its finished frames through the domain's block, from the
 	// completion ring of comp's queue.
@@ -34,6 +39,9 @@ type txState struct {
 	slot  int
 	comp  *dataplane.Socket
 }
+
+// udpCsumField is the UDP checksum's offset in the UDP header.
+const udpCsumField = 6
 
 type txOp struct {
 	e     *Endpoint // nil: nothing to report
@@ -50,6 +58,8 @@ func (t *txState) init(d *device, frames int) {
 	t.addrs = make([]uint64, 64)
 	t.descs = make([]dataplane.Desc, 1)
 	t.shift = uint(bits.TrailingZeros(uint(d.umem.FrameSize())))
+	t.txOff = d.umem.TxOffset()
+	t.csumOffload = t.txOff > 0 && !t.s.ZeroCopy()
 }
 
 func (t *txState) add(e *Endpoint) {
@@ -237,10 +247,19 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 		t.kick()
 		return errNoFrame
 	}
-	addr := t.addrs[0]
-	fr := wire.Frame{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf}
+	addr := t.addrs[0] + t.txOff
+	fr := wire.Frame{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf,
+		PartialUDPCsum: t.csumOffload}
 	n := fr.Put(t.umem.Frame(addr))
 	t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
+	if t.csumOffload {
+		if t.umem.TxChecksum(addr, uint16(fr.UDPOffset()), udpCsumField) {
+			t.descs[0].Options = dataplane.DescTxMetadata
+		} else { // cannot happen with txOff from the UMEM; never send a partial sum
+			fr.PartialUDPCsum = false
+			fr.Put(t.umem.Frame(addr))
+		}
+	}
 	if t.s.Transmit(t.descs) != 1 {
 		t.umem.Free(addr)
 		t.kick()

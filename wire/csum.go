@@ -10,9 +10,9 @@ import (
 // offsets: the sum of little-endian words, folded to 16 bits and
 // byte-swapped, is the sum of the big-endian 16-bit words. One add with
 // carry per eight bytes (ADC on amd64) instead of one add per two: at an
-// MTU-sized message the send path's checksum went from the largest part of
-// building a frame to a fraction of the payload copy
-// (BenchmarkChecksum, docs/ARCHITECTURE.md#sending-a-message).
+// MTU-sized message it halves building a frame (BenchmarkFramePut). Where
+// the kernel completes the checksum instead, see
+// docs/platform.md#udp-checksums-over-veth.
 
 // sum adds b's big-endian 16-bit words (an odd last byte as the high byte
 // of a word) to acc, as a 32-bit ones' complement accumulator that fold

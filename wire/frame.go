@@ -40,6 +40,21 @@ type Frame struct {
 	// NoUDPCsum leaves an IPv4 datagram's UDP checksum 0 ("none"), so that
 	// a rewriter may change addresses or ports without fixing it.
 	NoUDPCsum bool
+	// PartialUDPCsum writes only the folded sum of the pseudo header into
+	// the UDP checksum field, not complemented, and leaves the sum over the
+	// datagram to whoever transmits it: a device with checksum offload,
+	// given the datagram's start (UDPOffset) and the field's offset in it
+	// (6), as Linux does for a CHECKSUM_PARTIAL packet.
+	PartialUDPCsum bool
+}
+
+// UDPOffset returns where the UDP header starts in the frame Put writes.
+func (f *Frame) UDPOffset() int {
+	n := 14 + 4*len(f.VLANs)
+	if f.Src.Addr().Unmap().Is4() {
+		return n + 20 + len(f.IPOptions)
+	}
+	return n + 40
 }
 
 // Len returns the frame length Put writes (0 for a nil Frame).
@@ -143,9 +158,13 @@ func (f *Frame) Put(b []byte) int {
 	case !f.NoHdr:
 		p += PutHdr(u[p:], f.Hdr)
 	}
-	if !v4 || !f.NoUDPCsum {
+	switch {
+	case f.PartialUDPCsum:
+		copy(u[p:], f.Payload)
+		binary.BigEndian.PutUint16(u[6:], fold(pseudoSum(f, udpLen, proto)))
+	case !v4 || !f.NoUDPCsum:
 		binary.BigEndian.PutUint16(u[6:], udpChecksum(f, u[:udpLen], p, proto))
-	} else {
+	default:
 		copy(u[p:], f.Payload)
 	}
 	return n
@@ -160,17 +179,7 @@ func IPv4Checksum(h []byte) uint16 { return ^fold(sum(h, 0)) }
 // udp (header with a zero checksum field, xdpfab header, payload) with its
 // pseudo-header: the payload is summed on its way into the frame.
 func udpChecksum(f *Frame, udp []byte, p int, proto uint8) uint16 {
-	var acc uint32
-	if src := f.Src.Addr().Unmap(); src.Is4() {
-		a, d := src.As4(), f.Dst.Addr().Unmap().As4()
-		acc = sum(a[:], acc)
-		acc = sum(d[:], acc)
-	} else {
-		a, d := f.Src.Addr().As16(), f.Dst.Addr().As16()
-		acc = sum(a[:], acc)
-		acc = sum(d[:], acc)
-	}
-	acc += uint32(proto) + uint32(len(udp))
+	acc := pseudoSum(f, len(udp), proto)
 	if p%2 == 0 {
 		acc = sum(udp[:p], acc)
 		acc += uint32(bits.ReverseBytes16(fold64(copySum(udp[p:], f.Payload, 0))))
@@ -183,6 +192,22 @@ func udpChecksum(f *Frame, udp []byte, p int, proto uint8) uint16 {
 		c = 0xffff
 	}
 	return c
+}
+
+// pseudoSum is the unfolded sum of f's pseudo header for a UDP datagram of
+// udpLen bytes.
+func pseudoSum(f *Frame, udpLen int, proto uint8) uint32 {
+	var acc uint32
+	if src := f.Src.Addr().Unmap(); src.Is4() {
+		a, d := src.As4(), f.Dst.Addr().Unmap().As4()
+		acc = sum(a[:], acc)
+		acc = sum(d[:], acc)
+	} else {
+		a, d := f.Src.Addr().As16(), f.Dst.Addr().As16()
+		acc = sum(a[:], acc)
+		acc = sum(d[:], acc)
+	}
+	return acc + uint32(proto) + uint32(udpLen)
 }
 
 func fold(acc uint32) uint16 {
