@@ -31,9 +31,9 @@ type config struct {
 	cpuMeasure int    // CPU of the measured receiver / client side
 	ctx        context.Context
 	cases      map[string]bool // -cases: only these receivers/variants
-	baseline   *results        // an earlier run shown beside this one (baseline.go), or nil
-	// saveBaseline: also write this run's xdp and av sections there.
-	saveBaseline string
+	// saveBaseline: also write this run's sections of that baseline
+	// (baseline.go) to its file.
+	saveBaseline *baseline
 }
 
 // want reports whether case key is selected by -cases.
@@ -71,18 +71,22 @@ func main() {
 	flag.StringVar(&cfg.fiav, "fiav", "", "path of the compiled libfabric AV helper (bench/fiav/fiav.c); empty skips that peer")
 	flag.StringVar(&cfg.xskfloor, "xskfloor", "", "path of the compiled C AF_XDP ping-pong (bench/xskfloor/xskfloor.c); empty skips the floor")
 	regen := flag.String("report-from", "", "only regenerate BENCHMARKS.md and the plots from this results.json")
-	baseline := flag.String("baseline", baselineFile, "results.json of an earlier run to show beside this one's (missing: none)")
-	saveBase := flag.String("save-baseline", "", "also write this run's sections xdp and av as a baseline to this file")
+	saveBase := flag.String("save-baseline", "", "also write this run's sections of the named baseline to its file (av-hashmap: xdp and av; latency: pp)")
 	cases := flag.String("cases", "", "comma-separated case keys to run within the sections (default all)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile (for looking into a result)")
 	flag.StringVar(&only, "sections", "", "comma-separated sections to run (default all): "+sectionNames())
 	flag.Parse()
 	var err error
-	if cfg.baseline, err = loadBaseline(*baseline); err != nil {
+	if err = loadBaselines(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	cfg.saveBaseline = *saveBase
+	if *saveBase != "" {
+		if cfg.saveBaseline = baselineNamed(*saveBase); cfg.saveBaseline == nil {
+			fmt.Fprintln(os.Stderr, "bench: no baseline named", *saveBase)
+			os.Exit(2)
+		}
+	}
 	if *regen != "" {
 		if err := reportFrom(*regen, cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -163,8 +167,8 @@ func run(cfg *config, only string) error {
 		fmt.Printf("   (%s: %.1f s)\n", s.name, time.Since(t0).Seconds())
 	}
 	r.Finished = time.Now().UTC()
-	if cfg.saveBaseline != "" {
-		if err := saveBaseline(r, cfg.saveBaseline, []string{"xdp", "av"}); err != nil {
+	if b := cfg.saveBaseline; b != nil {
+		if err := saveBaseline(r, b.file, b.sections); err != nil {
 			return err
 		}
 	}

@@ -157,7 +157,7 @@ func writeReport(r *results, cfg *config) error {
 	for _, sc := range secs {
 		sc.fn(d)
 	}
-	reportBaseline(d, cfg.baseline)
+	reportBaselines(d)
 	d.p("## Run times")
 	d.p("")
 	var rows [][]string
