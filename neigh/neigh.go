@@ -135,6 +135,7 @@ type Resolver struct {
 	sockets // netlink (kernel_linux.go)
 
 	mu    sync.RWMutex
+	gen   atomic.Uint64 // bumped under every write lock of mu (lock): Cache
 	dsts  map[netip.Addr]*entry
 	hops  map[hopKey]*nextHop
 	links map[int]linkInfo
@@ -215,11 +216,17 @@ func (r *Resolver) Close() error {
 	r.closeSockets()
 	r.io.Unlock()
 	<-r.monDone
-	r.mu.Lock()
+	r.lock()
 	r.dsts, r.hops, r.links = map[netip.Addr]*entry{}, map[hopKey]*nextHop{}, map[int]linkInfo{}
 	r.mu.Unlock()
 	close(r.done)
 	return nil
+}
+
+// lock takes mu for writing and invalidates every Cache's answer.
+func (r *Resolver) lock() {
+	r.mu.Lock()
+	r.gen.Add(1)
 }
 
 func (r *Resolver) now() int64 { return int64(time.Since(r.epoch)) }
@@ -340,7 +347,7 @@ func (r *Resolver) lookupSlow(dst netip.Addr) (Hop, error) {
 	// one arrived meanwhile; if so its state is kept and our read, which
 	// may be older, is dropped.
 	now := r.now()
-	r.mu.Lock()
+	r.lock()
 	nh := r.hops[key]
 	if nh == nil {
 		nh = &nextHop{}
@@ -360,7 +367,7 @@ func (r *Resolver) lookupSlow(dst netip.Addr) (Hop, error) {
 	}
 	use, trigger := false, false
 	now = r.now()
-	r.mu.Lock()
+	r.lock()
 	if nh.seq == seq {
 		switch {
 		case found && kn.state&nudUsable != 0 && len(kn.mac) == 6:
@@ -391,7 +398,7 @@ func (r *Resolver) lookupSlow(dst netip.Addr) (Hop, error) {
 	r.mu.Unlock()
 	if trigger || use {
 		if err := r.neighUse(key); err != nil && trigger {
-			r.mu.Lock()
+			r.lock()
 			if nh.state == nhPending {
 				nh.state = nhUnknown
 			}
@@ -439,7 +446,7 @@ func (r *Resolver) storeHop(dst netip.Addr, hop Hop, key hopKey, nh *nextHop) er
 // notification would reach it.
 func (r *Resolver) store(dst netip.Addr, e *entry, key hopKey) {
 	e.expires = r.now() + r.ttl
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
 		return
@@ -472,7 +479,7 @@ func sweepPeriod(ttl time.Duration) time.Duration {
 
 func (r *Resolver) sweep() {
 	now := r.now()
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	live := make(map[*nextHop]bool, len(r.hops))
 	for d, e := range r.dsts {
@@ -606,7 +613,7 @@ func (r *Resolver) link(ifindex int) (linkInfo, error) {
 	if err != nil {
 		return linkInfo{}, err
 	}
-	r.mu.Lock()
+	r.lock()
 	r.links[ifindex] = li
 	r.mu.Unlock()
 	return li, nil
@@ -622,7 +629,7 @@ func multicastMAC(ip netip.Addr) *[6]byte {
 
 // neighEvent applies a neighbour notification to the next hop it names.
 func (r *Resolver) neighEvent(n kneigh, deleted bool) {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	nh := r.hops[hopKey{ifindex: n.ifindex, ip: n.ip}]
 	if nh == nil {
@@ -650,7 +657,7 @@ func (r *Resolver) neighEvent(n kneigh, deleted bool) {
 
 // flush forgets everything: routes, sources or interfaces changed.
 func (r *Resolver) flush() {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
 		return

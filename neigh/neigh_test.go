@@ -482,6 +482,10 @@ func TestNeighbourChangesReachTheCache(t *testing.T) {
 			if _, err := r.Resolve(context.Background(), dst); err != nil {
 				t.Fatal(err)
 			}
+			var c Cache
+			if hop, err := c.Lookup(r, dst); err != nil || hop.DstMAC != mac(bed.B.MAC) {
+				t.Fatalf("cache: %+v, %v", hop, err)
+			}
 			misses := r.misses.Load()
 			// The peer "moves": its entry gets another MAC, as after a
 			// gratuitous ARP or unsolicited NA.
@@ -493,8 +497,12 @@ func TestNeighbourChangesReachTheCache(t *testing.T) {
 			}
 			// With a TTL of an hour only the notification can bring the
 			// new MAC (an in-place update, or a flush if an unrelated
-			// route or address event came first).
+			// route or address event came first). A sender's Cache,
+			// filled before, follows too.
 			waitFor(t, func() bool { hop, err := r.Lookup(dst); return err == nil && hop.DstMAC == moved })
+			if hop, err := c.Lookup(r, dst); err != nil || hop.DstMAC != moved {
+				t.Fatalf("cache after the move: %+v, %v", hop, err)
+			}
 			if r.misses.Load() != misses {
 				t.Logf("a flush raced with the neighbour update")
 			}
@@ -503,6 +511,11 @@ func TestNeighbourChangesReachTheCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, func() bool { _, err := r.Lookup(dst); return errors.Is(err, fi.EAGAIN) })
+			// The cache never serves the deleted entry (the lookup above
+			// may have had the kernel resolve the peer again already).
+			if hop, err := c.Lookup(r, dst); err == nil && hop.DstMAC == moved || err != nil && !errors.Is(err, fi.EAGAIN) {
+				t.Fatalf("cache after the deletion: %+v, %v", hop, err)
+			}
 			hop, err := r.Resolve(context.Background(), dst)
 			if err != nil || hop.DstMAC != mac(bed.B.MAC) {
 				t.Fatalf("after deletion: %+v, %v", hop, err)
@@ -596,6 +609,10 @@ func TestClose(t *testing.T) {
 	if _, err := r.Resolve(context.Background(), bed.B.IPv4); err != nil {
 		t.Fatal(err)
 	}
+	var c Cache
+	if _, err := c.Lookup(r, bed.B.IPv4); err != nil {
+		t.Fatal(err)
+	}
 	blocked := make(chan error, 1)
 	go func() {
 		_, err := r.Resolve(context.Background(), hostAddr(bed.Net4, 77))
@@ -607,6 +624,8 @@ func TestClose(t *testing.T) {
 	}
 	wantErrno(t, <-blocked, fi.EBADF)
 	_, err := r.Lookup(bed.B.IPv4)
+	wantErrno(t, err, fi.EBADF)
+	_, err = c.Lookup(r, bed.B.IPv4) // what it held is not served after Close
 	wantErrno(t, err, fi.EBADF)
 	_, err = r.Resolve(context.Background(), bed.B.IPv4)
 	wantErrno(t, err, fi.EBADF)
