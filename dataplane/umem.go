@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/prefetch"
 	"golang.org/x/sys/unix"
 )
 
@@ -360,6 +361,17 @@ func (u *UMEM) Meta(addr uint64, n int) []byte {
 		return nil
 	}
 	return u.mem[addr-uint64(n) : addr : addr]
+}
+
+// Prefetch asks the CPU to start loading what a receiver reads first of a
+// received packet: the meta bytes in front of it and its first max bytes.
+// The kernel wrote them on another CPU, so each line is a miss; asked for
+// together, the misses overlap.
+func (u *UMEM) Prefetch(d Desc, meta, max int) {
+	if u == nil || u.mem == nil || d.Addr < uint64(meta) || d.Addr+uint64(d.Len) > uint64(len(u.mem)) {
+		return
+	}
+	prefetch.Bytes(u.mem[d.Addr-uint64(meta):d.Addr+uint64(d.Len)], meta+max)
 }
 
 // Alloc takes up to len(addrs) free frames, writing their addresses to

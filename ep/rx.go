@@ -300,6 +300,9 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 	} else {
 		got = s.Take(c.descs[:n])
 	}
+	for _, d := range c.descs[:got] {
+		c.ep.umem.Prefetch(d, wire.MetaLen, rxPrefetch)
+	}
 	if c.ep.trace != nil && got > 0 {
 		c.ep.traceRx(c.descs[got-1])
 	}
@@ -313,6 +316,10 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 	c.cq.Commit()
 	return got, false
 }
+
+// rxPrefetch is how much of a received packet take prefetches: headers
+// (up to 14+40+8 bytes), the xdpfab header and the start of the payload.
+const rxPrefetch = 256
 
 // drainParked delivers parked frames that now match a posted receive, in
 // arrival order.
