@@ -91,6 +91,12 @@ func (q *CQ) ReadFrom(buf []Entry, src []fi.Addr) (int, error) {
 // fi.EBADF once Close has run: Close counts what is left as discarded under
 // the same lock.
 func (q *CQ) take(buf []Entry, src []fi.Addr) (int, fi.Errno) {
+	// An empty CQ answers without the consumer lock: a polling reader
+	// asks far more often than entries arrive, and the CQ was empty at
+	// the instant of the two loads (head only grows under the lock).
+	if h := q.head.Load(); q.tail.Load() == h && !q.overrun.Load() && !q.closed.Load() {
+		return 0, fi.EAGAIN
+	}
 	for {
 		if !q.attr.SingleConsumer {
 			q.consMu.Lock()

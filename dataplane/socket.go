@@ -482,6 +482,15 @@ func (s *Socket) take(b *ShareBlock, slot int, descs []Desc) int {
 	return int(n)
 }
 
+// Ready reports whether the RX ring holds descriptors to Take. Like Take,
+// it is for the ring's one consumer.
+func (s *Socket) Ready() bool {
+	if s == nil || s.rx.mem == nil {
+		return false
+	}
+	return s.rx.avail(1) > 0
+}
+
 // Wake makes the kernel look at the socket's queue (one recvfrom) if the
 // fill ring asks for a wakeup or busy polling is on, and reports whether it
 // did.

@@ -51,7 +51,7 @@ type rigOpts struct {
 
 // newRig builds two namespaces, attaches the XDP program on both, and opens
 // an AV, two CQs and an endpoint on each side. Nothing is inserted.
-func newRig(t *testing.T, o rigOpts) *rig {
+func newRig(t testing.TB, o rigOpts) *rig {
 	t.Helper()
 	testutil.RequirePrivileged(t)
 	dp, err := loader.Load(loader.Config{AVEntries: 8192, MaxAVs: 16})
@@ -66,7 +66,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	return r
 }
 
-func (r *rig) side(t *testing.T, h *testbed.Host, o rigOpts) *side {
+func (r *rig) side(t testing.TB, h *testbed.Host, o rigOpts) *side {
 	t.Helper()
 	s := &side{h: h, local: netip.AddrPortFrom(h.Addr(r.v6), port)}
 	err := h.Do(func() error {
@@ -101,7 +101,7 @@ func (r *rig) side(t *testing.T, h *testbed.Host, o rigOpts) *side {
 	return s
 }
 
-func openEP(t *testing.T, h *testbed.Host, dp *loader.Objects, attr ep.Attr) *ep.Endpoint {
+func openEP(t testing.TB, h *testbed.Host, dp *loader.Objects, attr ep.Attr) *ep.Endpoint {
 	t.Helper()
 	var e *ep.Endpoint
 	err := h.Do(func() (err error) {
@@ -116,7 +116,7 @@ func openEP(t *testing.T, h *testbed.Host, dp *loader.Objects, attr ep.Attr) *ep
 }
 
 // insert puts peer's address into s's AV and returns its fi_addr.
-func (s *side) insert(t *testing.T, peer netip.AddrPort) fi.Addr {
+func (s *side) insert(t testing.TB, peer netip.AddrPort) fi.Addr {
 	t.Helper()
 	out := []fi.Addr{fi.AddrNotAvail}
 	if _, err := s.av.Insert([]netip.AddrPort{peer}, out, 0, nil); err != nil {

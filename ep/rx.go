@@ -291,6 +291,9 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 	if room <= 0 {
 		return 0, true
 	}
+	if !s.Ready() {
+		return 0, false // no CQ reservation (its lock) for an empty ring
+	}
 	n, err := c.cq.Reserve(room)
 	if err != nil || n == 0 {
 		return 0, true

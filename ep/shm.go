@@ -98,7 +98,7 @@ type shmState struct {
 	bell   *atomic.Uint64
 	bellB  []byte        // the agent's doorbell page, mapped; nil in-process
 	local  atomic.Uint64 // the in-process doorbell
-	seen   uint64        // the doorbell's value last acted on (rxMu)
+	seen   atomic.Uint64 // the doorbell's value last acted on (stored under rxMu)
 	nin    atomic.Int32
 
 	// Sending: the channels by destination, replaced whole under outMu,
@@ -218,7 +218,7 @@ func (e *Endpoint) EnableLocal(b LocalBroker, fds []int) (err error) {
 	closeFD(fds[0])
 	s := newShmState(e, b)
 	s.bellB, s.bell, s.evfd = mem, (*atomic.Uint64)(unsafe.Pointer(&mem[0])), fds[1]
-	s.seen = s.bell.Load()
+	s.seen.Store(s.bell.Load())
 	e.shm.Store(s)
 	return nil
 }
@@ -580,15 +580,23 @@ func (tx *shmTx) put(h wire.Hdr, payload []byte) error {
 // which Close takes before it unmaps anything.
 func (e *Endpoint) shmPoll() (blocked bool) {
 	s := e.shm.Load()
-	if s == nil || !s.rxMu.TryLock() {
+	if s == nil {
+		return false
+	}
+	// Nothing to take, answered without rxMu: no channel in, and the
+	// in-process doorbell (Go memory, never unmapped) not rung since.
+	if s.broker == nil && s.nin.Load() == 0 && s.local.Load() == s.seen.Load() {
+		return false
+	}
+	if !s.rxMu.TryLock() {
 		return false
 	}
 	defer s.rxMu.Unlock()
 	if e.closed.Load() {
 		return false
 	}
-	if g := s.bell.Load(); g != s.seen {
-		s.seen = g
+	if g := s.bell.Load(); g != s.seen.Load() {
+		s.seen.Store(g)
 		s.accept()
 	}
 	if len(s.in) == 0 {
@@ -860,7 +868,7 @@ func (e *Endpoint) shmSleep() bool {
 	for _, ch := range s.in {
 		ch.m.u32(shmSleeping).Store(1)
 	}
-	ready := s.bell.Load() != s.seen
+	ready := s.bell.Load() != s.seen.Load()
 	for _, ch := range s.in {
 		ready = ready || ch.m.u64(shmTail).Load() != ch.head
 	}
