@@ -32,6 +32,12 @@ type txState struct {
 	// TX metadata: the packet leaves as a CHECKSUM_PARTIAL skb).
 	txOff       uint64
 	csumOffload bool
+	// spare holds frames the completion ring gave back, for the next
+	// sends: no lock of the UMEM's free list per message, and the frame
+	// just sent (cache-hot) is the next one built. Not for a sharing
+	// domain's endpoint, whose frames may be reported twice after a
+	// drainer died (the UMEM's free list ignores the second).
+	spare []uint64
 	// A sharing domain's endpoint transmits on a socket of its own (s)
 	// and takes its finished frames through the domain's block, from the
 	// completion ring of comp's queue.
@@ -59,6 +65,9 @@ func (t *txState) init(d *device, frames int) {
 	t.descs = make([]dataplane.Desc, 1)
 	t.shift = uint(bits.TrailingZeros(uint(d.umem.FrameSize())))
 	t.txOff = d.umem.TxOffset()
+	if t.share == nil {
+		t.spare = make([]uint64, 0, txSpare)
+	}
 	t.csumOffload = t.txOff > 0 && !t.s.ZeroCopy()
 }
 
@@ -293,12 +302,47 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	return nil
 }
 
+// txSpare is how many completed frames a device keeps for its next sends.
+const txSpare = 64
+
 func (t *txState) alloc() int {
+	if t.takeSpare() {
+		return 1
+	}
 	if n := t.umem.Alloc(t.addrs[:1]); n == 1 {
 		return 1
 	}
 	t.reclaim()
+	if t.takeSpare() {
+		return 1
+	}
 	return t.umem.Alloc(t.addrs[:1])
+}
+
+// takeSpare puts the last spare frame in t.addrs[0].
+func (t *txState) takeSpare() bool {
+	n := len(t.spare)
+	if n == 0 {
+		return false
+	}
+	t.addrs[0] = t.spare[n-1]
+	t.spare = t.spare[:n-1]
+	return true
+}
+
+// free gives finished frames back: to the spare ones while there is room,
+// the rest to the UMEM.
+func (t *txState) free(addrs []uint64) {
+	if t.share == nil {
+		k := min(len(addrs), cap(t.spare)-len(t.spare))
+		for _, a := range addrs[:k] {
+			t.spare = append(t.spare, t.umem.FrameAddr(a))
+		}
+		addrs = addrs[k:]
+	}
+	if len(addrs) > 0 {
+		t.umem.Free(addrs...)
+	}
 }
 
 // complete takes finished frames into t.addrs.
@@ -343,7 +387,7 @@ func (t *txState) reclaim() {
 			}
 			t.inflight[i] = txOp{}
 		}
-		t.umem.Free(t.addrs[:n]...)
+		t.free(t.addrs[:n])
 	}
 	for _, e := range t.eps {
 		if len(e.waiting) > 0 {
