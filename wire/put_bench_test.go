@@ -10,8 +10,9 @@ import (
 )
 
 // BenchmarkFramePut is the send path's frame build: Ethernet, IP and UDP
-// headers, the xdpfab header, the payload copy and the UDP checksum, for
-// IPv4 and IPv6 at the ping-pong's message sizes.
+// headers, the xdpfab header, the payload copy and the UDP checksum (full,
+// or partial: the pseudo header's, for the kernel to complete), for IPv4
+// and IPv6 at the ping-pong's message sizes.
 func BenchmarkFramePut(b *testing.B) {
 	for _, fam := range []struct {
 		name     string
@@ -21,14 +22,16 @@ func BenchmarkFramePut(b *testing.B) {
 		{"ipv6", netip.MustParseAddrPort("[2001:2::1]:5000"), netip.MustParseAddrPort("[2001:2::2]:7000")},
 	} {
 		for _, size := range []int{64, 1024, 1472, 3440} {
-			f := wire.Frame{Src: fam.src, Dst: fam.dst, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, size)}
-			buf := make([]byte, 4096)
-			b.Run(fmt.Sprintf("%s/payload=%d", fam.name, size), func(b *testing.B) {
-				b.SetBytes(int64(size))
-				for b.Loop() {
-					f.Put(buf)
-				}
-			})
+			for _, partial := range []bool{false, true} {
+				f := wire.Frame{Src: fam.src, Dst: fam.dst, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, size), PartialUDPCsum: partial}
+				buf := make([]byte, 4096)
+				b.Run(fmt.Sprintf("%s/csum=%s/payload=%d", fam.name, map[bool]string{false: "full", true: "partial"}[partial], size), func(b *testing.B) {
+					b.SetBytes(int64(size))
+					for b.Loop() {
+						f.Put(buf)
+					}
+				})
+			}
 		}
 	}
 }
