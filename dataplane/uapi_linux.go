@@ -34,6 +34,8 @@ const (
 	_ = uint(sxdpCopy-unix.XDP_COPY) + uint(unix.XDP_COPY-sxdpCopy)
 	_ = uint(sxdpZeroCopy-unix.XDP_ZEROCOPY) + uint(unix.XDP_ZEROCOPY-sxdpZeroCopy)
 	_ = uint(sxdpUseNeedWakeup-unix.XDP_USE_NEED_WAKEUP) + uint(unix.XDP_USE_NEED_WAKEUP-sxdpUseNeedWakeup)
+	_ = uint(sxdpUseSG-unix.XDP_USE_SG) + uint(unix.XDP_USE_SG-sxdpUseSG)
+	_ = uint(PktContd-unix.XDP_PKT_CONTD) + uint(unix.XDP_PKT_CONTD-PktContd)
 
 	_ = uint(ringNeedWakeup-unix.XDP_RING_NEED_WAKEUP) + uint(unix.XDP_RING_NEED_WAKEUP-ringNeedWakeup)
 	_ = uint(optionsZeroCopy-unix.XDP_OPTIONS_ZEROCOPY) + uint(unix.XDP_OPTIONS_ZEROCOPY-optionsZeroCopy)
