@@ -421,7 +421,9 @@ func (e *Endpoint) ID() uint32 {
 }
 
 // MaxMsgSize is the largest message the endpoint sends or receives (0 for
-// a nil Endpoint).
+// a nil Endpoint), fi_info's max_msg_size: the interface's MTU when the
+// endpoint opened less the IP, UDP and xdpfab headers (through the agent,
+// the value the agent computed: HandoverInfo.MaxMsg).
 func (e *Endpoint) MaxMsgSize() int {
 	if e == nil {
 		return 0
