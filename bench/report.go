@@ -319,7 +319,34 @@ func reportRx(d *doc) {
 		d.ratio("rx/inject/xdpfab", "rx/inject/xdpfab-multi"))
 	d.p("- The user-space sender column has no ratios: %s", d.senderLimited())
 	d.p("")
+	reportRxSizes(d)
 	d.notes("rx")
+}
+
+// reportRxSizes is section 2's rows by message size (s2_sizes.go).
+func reportRxSizes(d *doc) {
+	d.p("**By message size, MTU 9000.** The same user-space sender (`sendmmsg` of 64 datagrams) on a veth pair " +
+		"with MTU 9000, the xdpfab endpoint (FI_MULTI_RECV) in native XDP, its 4 and 8 KiB messages arriving as " +
+		"chains of UMEM frames (AF_XDP multi-buffer), against the Go UDP socket with recvmmsg (no XDP program). " +
+		"The live-frame injector cannot offer frames longer than a page, so there is no injector column. " +
+		"Gbit/s counts payload bytes.")
+	d.p("")
+	var rows [][]string
+	for _, size := range rxSizes {
+		g := rxSizeKey(size)
+		x, u := "rx/"+g+"/xdpfab-multi", "rx/"+g+"/udp-mmsg"
+		gbps := func(k string) string {
+			v := d.med(k)
+			if math.IsNaN(v) || v == 0 {
+				return "n/a"
+			}
+			return ff(v*float64(size)*8/1000, 2)
+		}
+		rows = append(rows, []string{fmt.Sprint(size), d.v(x, 3), gbps(x), d.extra(x, "offered_mpps_median"),
+			d.v(u, 3), gbps(u), d.ratio(x, u)})
+	}
+	d.table([]string{"payload B", "xdpfab Mpps", "xdpfab Gbit/s", "offered Mpps", "Go UDP recvmmsg Mpps", "Go UDP Gbit/s",
+		"xdpfab ÷ Go UDP"}, rows)
 }
 
 // senderLimited says which receivers the user-space sender's column
@@ -378,32 +405,38 @@ func reportPP(d *doc) {
 		"pair with MTU 9000. Latency per transfer is half a round trip, counted as `fi_pingpong` counts its "+
 		"`usec/xfer`: **mean** = elapsed time / iterations / 2 (fabtests' show_perf with two transfers per "+
 		"iteration). p50, p99 and p99.9 are of the per-iteration half round trips; `fi_pingpong` prints only its mean. "+
-		"1472 B is the MTU-sized message: the largest UDP payload at MTU 1500, and the largest message of libfabric's udp provider.",
+		"1472 B is the MTU-sized message: the largest UDP payload at MTU 1500, and the largest message of libfabric's udp provider; "+
+		"4096 and 8192 B are jumbo messages, which only MTU 9000 carries in one datagram.",
 		d.r.Setup["pingpong_iterations"], d.r.Setup["cpu_measure"], d.r.Setup["cpu_load"])
 	d.p("")
 	d.p("- **xdpfab**: one endpoint per namespace, manual progress (the application's CQ reads drive the " +
-		"endpoint), busy polling off and on (`ep.Attr.BusyPoll` = 50 µs: SO_BUSY_POLL, SO_PREFER_BUSY_POLL). Native " +
-		"XDP on veth refuses MTU 9000 for a program without multi-buffer support (ERANGE), so xdpfab runs twice: " +
-		"**native** on a second bed whose veth MTU is 3500, and **generic** (skb mode) on the MTU-9000 bed the peers use.")
+		"endpoint), busy polling off and on (`ep.Attr.BusyPoll` = 50 µs: SO_BUSY_POLL, SO_PREFER_BUSY_POLL), " +
+		"in **native** and **generic** (skb mode) XDP on the MTU-9000 bed the peers use. Its XDP program is " +
+		"multi-buffer (`xdp.frags`), which native XDP on veth requires at that MTU, and its sockets are bound " +
+		"with XDP_USE_SG: a message longer than a UMEM frame travels as a chain of frames.")
 	d.p("- **fi_pingpong** (libfabric-bin): `fi_pingpong -p udp -e dgram` and `fi_pingpong -p tcp -e msg`, server " +
 		"in one namespace and client in the other (`ip netns exec`, `taskset`).")
 	d.p("- **Go UDP**: `net.UDPConn` ReadFromUDPAddrPort / WriteToUDPAddrPort (goroutines parked in the netpoller).")
 	d.p("- **C AF_XDP floor**: what the kernel path costs with no Go and no libfabric layer: a minimal AF_XDP " +
 		"ping-pong in C on libxdp's ring helpers (bench/xskfloor/xskfloor.c, built by bench/run.sh against Debian's " +
 		"libxdp-dev), server and client pinned like fi_pingpong's (`ip netns exec`, `taskset`), on the same beds in the " +
-		"same XDP modes, its sockets bound like xdpfab's (copy mode, need_wakeup, one queue). Its XDP program only " +
+		"same XDP modes, its sockets bound like xdpfab's (copy mode, need_wakeup, one queue) but without multi-buffer. " +
+		"Its XDP program is not multi-buffer either, so native XDP on veth refuses it MTU 9000 (ERANGE): it runs " +
+		"natively on a second bed whose veth MTU is 3500, in generic mode on the MTU-9000 bed. Its XDP program only " +
 		"redirects UDP to its port into the socket of the rx queue (no AV lookup, no checksum check, no metadata); its " +
 		"client copies the payload into a UMEM frame and spins on the RX ring, its server echoes each frame in place, " +
 		"swapping the addresses. It carries the same payload sizes without xdpfab's 32-byte header.")
 	d.p("")
-	d.p("What fits: xdpfab's largest message is %s B natively at MTU 3500 and %s B in generic mode at MTU 9000 "+
-		"(a UMEM frame of 4096 bytes minus 256 of headroom and the headers: `ep` does not let the UMEM frame size "+
-		"be raised), so its 4 KiB row is measured at that largest size; libfabric's udp provider refuses 4 KiB "+
-		"(fi_getinfo: ENODATA), its tcp provider and Go's sockets carry it.",
+	d.p("What fits: xdpfab's largest message is %s B in native and %s B in generic mode at MTU 9000 (the MTU "+
+		"less the IPv4, UDP and xdpfab headers), so it carries every size. The floor carries one UMEM frame per "+
+		"packet (4096 bytes less 256 of headroom and the headers: 3440 B at MTU 3500, 3766 B at MTU 9000), so its "+
+		"4 and 8 KiB rows are measured at that size. libfabric's udp provider refuses 4 and 8 KiB (its max_msg_size "+
+		"is 1472 B, one datagram at MTU 1500, also on this MTU-9000 bed: fi_getinfo fails with ENODATA, as the "+
+		"notes below say per size); its tcp provider and Go's sockets carry them.",
 		orNA(d.r.Setup["xdpfab_max_msg_native"]), orNA(d.r.Setup["xdpfab_max_msg_generic"]))
 	d.p("")
 	impls := []struct{ key, title string }{
-		{"xdpfab", "xdpfab, native XDP (MTU 3500)"},
+		{"xdpfab", "xdpfab, native XDP (MTU 9000)"},
 		{"xdpfab-busypoll", "xdpfab, native, busy poll"},
 		{"xdpfab-generic", "xdpfab, generic XDP (MTU 9000)"},
 		{"xdpfab-busypoll-generic", "xdpfab, generic, busy poll"},
@@ -414,15 +447,23 @@ func reportPP(d *doc) {
 		{"xskfloor-generic", "C AF_XDP floor, generic XDP (MTU 9000)"},
 	}
 	sizeKey := func(impl string, size int) string {
-		// xdpfab's 4 KiB row is stored under the size it was measured at.
+		// A jumbo row that did not fit (the floor's) is stored under the
+		// size it was measured at: the largest above 1472 B and below it.
+		best := 0
 		for _, m := range d.r.Measurements {
 			if strings.HasPrefix(m.Key, "pp/"+impl+"/") && strings.HasSuffix(m.Key, "/mean") && m.Labels["size"] != "" {
 				var s int
 				fmt.Sscan(m.Labels["size"], &s)
-				if s == size || (size == 4096 && s > 1472) {
+				if s == size {
 					return fmt.Sprintf("pp/%s/%d", impl, s)
 				}
+				if size > 1472 && s > 1472 && s < size && s > best {
+					best = s
+				}
 			}
+		}
+		if best > 0 {
+			return fmt.Sprintf("pp/%s/%d", impl, best)
 		}
 		return fmt.Sprintf("pp/%s/%d", impl, size)
 	}
@@ -471,7 +512,7 @@ func reportPP(d *doc) {
 		groups = append(groups, barGroup{im.key, vals})
 	}
 	d.plot("pingpong.png", "ping-pong latency", barPlot(filepath.Join(d.dir, "pingpong.png"),
-		"Ping-pong latency per transfer (median of means, µs; xdpfab and floor 4 KiB at xdpfab's largest size)", "µs per transfer", cats, groups, false))
+		"Ping-pong latency per transfer (median of means, µs; the floor's 4 and 8 KiB at its largest size)", "µs per transfer", cats, groups, false))
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, size := range ppSizes {
 		k := sizeKey("xdpfab", size)

@@ -318,7 +318,7 @@ func udpReceiver(h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, 
 			pc := ipv4.NewPacketConn(c)
 			msgs := make([]ipv4.Message, 64)
 			for i := range msgs {
-				msgs[i].Buffers = [][]byte{make([]byte, 2048)}
+				msgs[i].Buffers = [][]byte{make([]byte, 9000)}
 			}
 			for !stop.Load() {
 				n, err := pc.ReadBatch(msgs, 0)
@@ -345,7 +345,7 @@ func udpReceiver(h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, 
 			}
 			return nil
 		}
-		buf := make([]byte, 2048)
+		buf := make([]byte, 9000) // a jumbo datagram whole (rxSizes)
 		for !stop.Load() {
 			_, src, err := c.ReadFromUDPAddrPort(buf)
 			if err != nil {
@@ -597,6 +597,11 @@ func runRxCapacity(r *results, cfg *config) error {
 	err = measure(rxCases[5], "sender", dropRx(dc), send, nil, nil)
 	l.Close()
 	if err != nil {
+		return err
+	}
+
+	// By message size at MTU 9000 (s2_sizes.go), on a bed of its own.
+	if err := runRxSizes(r, cfg, measure); err != nil {
 		return err
 	}
 

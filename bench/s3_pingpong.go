@@ -29,9 +29,11 @@ import (
 )
 
 // ppSizes are the payload sizes: 1472 is the MTU-sized message (the
-// largest UDP payload at MTU 1500, and libfabric udp's max_msg_size); xdpfab
-// and the floor measure the 4096 row at xdpfab's largest message.
-var ppSizes = []int{64, 1024, 1472, 4096}
+// largest UDP payload at MTU 1500, and libfabric udp's max_msg_size); 4096
+// and 8192 are jumbo messages, which xdpfab carries at MTU 9000 as
+// multi-buffer frames and the floor (one UMEM frame per packet) measures
+// at its largest message instead.
+var ppSizes = []int{64, 1024, 1472, 4096, 8192}
 
 // ppResult is one ping-pong run: the per-transfer latencies (half round
 // trips) and the mean as fi_pingpong reports it.
@@ -49,10 +51,11 @@ func summarizePP(halves []time.Duration, elapsed time.Duration) ppResult {
 	}
 }
 
-// xdpfabMaxMsg is the largest message of an xdpfab IPv4 endpoint on a link
-// of mtu (ep's rule: one 4096-byte UMEM frame less the kernel's headroom,
-// the headers and the 32-byte xdpfab header).
-func xdpfabMaxMsg(mtu int) int { return min(mtu, 4096-256-14) - 20 - 8 - 32 }
+// floorMaxMsg is the largest message the C floor carries on a link of mtu:
+// one 4096-byte UMEM frame less the kernel's headroom and the headers (it
+// binds without multi-buffer), less the 32 bytes of the xdpfab header it
+// does not send, to stay comparable with xdpfab's sizes.
+func floorMaxMsg(mtu int) int { return min(mtu, 4096-256-14) - 20 - 8 - 32 }
 
 func runPingPong(r *results, cfg *config) error {
 	iters, warm := 10000, 500
@@ -81,10 +84,11 @@ func runPingPong(r *results, cfg *config) error {
 		fmt.Printf("  %-16s %5d B: mean %7.2f us  p50 %7.2f  p99 %7.2f  p99.9 %7.2f\n", impl, size, median(mean), median(p50), median(p99), median(p999))
 	}
 
-	// xdpfab, busy polling off and on. Native XDP on veth refuses an MTU
-	// above about 3.5k for a program without multi-buffer (xdp.frags)
-	// support (ERANGE), so xdpfab runs in generic mode on this bed and in
-	// native mode on a second bed with MTU 3500.
+	// xdpfab, busy polling off and on, in native and generic mode on the
+	// MTU-9000 bed (its program is multi-buffer: native XDP on veth takes
+	// it at that MTU). The floor's XDP program is not multi-buffer, so
+	// native XDP on veth refuses it an MTU above about 3.5k (ERANGE): it
+	// runs natively on a second bed with MTU 3500.
 	dp, err := loader.Load(loader.Config{AVEntries: 4096, MaxAVs: 8})
 	if err != nil {
 		return err
@@ -96,11 +100,12 @@ func runPingPong(r *results, cfg *config) error {
 	}
 	defer downNative()
 	for _, v := range []struct {
-		bd   *testbed.Bed
-		mode loader.Mode
-		tag  string
-		mtu  int
-	}{{bdNative, loader.Native, "", 3500}, {bd, loader.Generic, "-generic", 9000}} {
+		bd      *testbed.Bed
+		mode    loader.Mode
+		tag     string
+		floorBd *testbed.Bed
+		floorMT int
+	}{{bd, loader.Native, "", bdNative, 3500}, {bd, loader.Generic, "-generic", bd, 9000}} {
 		var atts []*loader.Attachment
 		for _, h := range []*testbed.Host{v.bd.A, v.bd.B} {
 			var att *loader.Attachment
@@ -123,17 +128,23 @@ func runPingPong(r *results, cfg *config) error {
 		for _, att := range atts {
 			att.Close()
 		}
-		// The floor, on the same bed in the same mode, at the sizes
-		// xdpfab ran at.
+		// The floor, in the same mode, at the sizes xdpfab ran at, or
+		// its largest message.
 		if key := "xskfloor" + v.tag; cfg.want(key) {
 			if cfg.xskfloor == "" {
 				r.note("pp", "%s: not run: no -xskfloor (bench/run.sh builds bench/xskfloor/xskfloor.c)", key)
 			} else {
 				var sizes []int
 				for _, s := range ppSizes {
-					sizes = append(sizes, min(s, xdpfabMaxMsg(v.mtu)))
+					if m := floorMaxMsg(v.floorMT); s > m {
+						r.note("pp", "%s: %d B does not fit one UMEM frame (no multi-buffer) at MTU %d; measured at %d B instead", key, s, v.floorMT, m)
+						s = m
+					}
+					if !slices.Contains(sizes, s) {
+						sizes = append(sizes, s)
+					}
 				}
-				if err := runFloor(cfg, v.bd, v.mode, key, sizes, iters, warm, add); err != nil {
+				if err := runFloor(cfg, v.floorBd, v.mode, key, sizes, iters, warm, add); err != nil {
 					return fmt.Errorf("%s: %w", key, err)
 				}
 			}

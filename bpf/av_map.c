@@ -246,7 +246,10 @@ static __always_inline int count_at(__u32 idx, int verdict)
 	return verdict;
 }
 
-SEC("xdp")
+/* xdp.frags: multi-buffer aware, so that native XDP attaches at jumbo MTUs
+ * (veth refuses an MTU above a page for a program without it: ERANGE);
+ * the checks cover fragments (xdpfab_parse.h). */
+SEC("xdp.frags")
 int xdpfab_rx(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -286,9 +289,9 @@ int xdpfab_rx(struct xdp_md *ctx)
 
 	/* 4. From here on the datagram is ours: what the kernel would check
 	 * (IP header, lengths, checksums), then the xdpfab header, or drop. */
-	int bad = check_ip(&pkt, end);
+	int bad = check_ip(ctx, &pkt, data, end);
 	if (!bad)
-		bad = check_udp(&pkt, end);
+		bad = check_udp(ctx, &pkt, data, end);
 	if (bad)
 		return count(bad, XDP_DROP);
 	struct wire_hdr *hdr = parse_hdr(&pkt, end, ep->rx_ctxs);

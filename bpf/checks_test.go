@@ -144,20 +144,28 @@ func fixtureTables(t *testing.T, dp *loader.Objects) *xdpmodel.Tables {
 	return tb
 }
 
-// Datagrams longer than a test run shows whole (xdpmodel.MaxTestFrame)
-// reach the program only through generic XDP at a jumbo MTU: sent here as
-// raw frames from B, with checksums computed in full, so the program sums
-// them to the end of its checksum loop and past it. Up to
-// xdpmodel.MaxUDPLen a datagram is checked (and, for want of a socket in
-// its slot, fails the redirect); beyond it is malformed.
-func TestXDPJumboGeneric(t *testing.T) {
+// Jumbo datagrams on a veth pair at MTU 9000, in native mode (which veth
+// allows only to a multi-buffer program: xdp.frags) and generic mode:
+// sent as raw frames from B, with checksums computed in full, so that the
+// program sums them over the frame's fragments. Valid ones are checked
+// and (for want of a socket in their slot) fail the redirect; a byte
+// corrupted in the fragments is a checksum error; lengths that reach past
+// the frame are malformed. The test-run side of the same checks is the
+// differential test's (internal/xdpmodel, frames of kind jumbo).
+func TestXDPJumbo(t *testing.T) {
 	testutil.RequirePrivileged(t)
+	for _, mode := range []testbed.XDPMode{testbed.Native, testbed.Generic} {
+		t.Run(mode.String(), func(t *testing.T) { testXDPJumbo(t, mode) })
+	}
+}
+
+func testXDPJumbo(t *testing.T, mode testbed.XDPMode) {
 	dp, err := loader.Load(loader.Config{AVEntries: 1024, MaxAVs: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	bed := testbed.New(t, testbed.Options{MTU: 9000, XDPMode: testbed.Generic, StaticNeighbors: true})
+	bed := testbed.New(t, testbed.Options{MTU: 9000, XDPMode: mode, StaticNeighbors: true})
 	testbed.AttachXDP(t, bed.A, dp.Program)
 	local := netip.AddrPortFrom(bed.A.IPv4, 7000)
 	if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1, XskBase: 7}); err != nil {
@@ -174,17 +182,23 @@ func TestXDPJumboGeneric(t *testing.T) {
 	defer unix.Close(fd)
 	to := &unix.SockaddrLinklayer{Ifindex: bed.B.Ifindex, Halen: 6}
 	copy(to.Addr[:], bed.A.MAC)
+	const maxUDP = 9000 - 20 // the longest datagram MTU 9000 carries over IPv4
 	for _, tc := range []struct {
 		udpLen  int
-		corrupt bool
+		corrupt int // payload byte corrupted, counted from the end; 0: none
+		lie     int // added to the UDP length (checksum fixed when longer)
 		want    bpf.Counter
 	}{
-		{4000, false, bpf.CounterRedirectFail},
-		{4000, true, bpf.CounterCsumError},
-		{xdpmodel.MaxUDPLen, false, bpf.CounterRedirectFail},
-		{xdpmodel.MaxUDPLen, true, bpf.CounterCsumError},
-		{xdpmodel.MaxUDPLen + 1, false, bpf.CounterMalformed},
-		{8000, false, bpf.CounterMalformed},
+		{4000, 0, 0, bpf.CounterRedirectFail},
+		{4000, 3, 0, bpf.CounterCsumError},
+		{xdpmodel.MaxLinearSum + 1, 0, 0, bpf.CounterRedirectFail},
+		{8000, 0, 0, bpf.CounterRedirectFail},
+		{8000, 3, 0, bpf.CounterCsumError},
+		{8000, 4500, 0, bpf.CounterCsumError},
+		{maxUDP, 0, 0, bpf.CounterRedirectFail},
+		{maxUDP, 1, 0, bpf.CounterCsumError},
+		{8000, 0, 1, bpf.CounterMalformed},     // UDP length past the IP payload
+		{8000, 0, -1000, bpf.CounterCsumError}, // a shorter datagram: its sum is wrong
 	} {
 		s := spec(netip.AddrPortFrom(bed.B.IPv4, 5000), local)
 		copy(s.DstMAC[:], bed.A.MAC)
@@ -194,8 +208,15 @@ func TestXDPJumboGeneric(t *testing.T) {
 			s.Payload[i] = byte(i)
 		}
 		f := wire.Build(s)
-		if tc.corrupt {
-			f[len(f)-3] ^= 0x10
+		if tc.corrupt > 0 {
+			f[len(f)-tc.corrupt] ^= 0x10
+		}
+		if tc.lie != 0 {
+			d, _ := wire.ParseUDP(f)
+			binary.BigEndian.PutUint16(f[d.L4Off+4:], uint16(tc.udpLen+tc.lie))
+			if tc.lie > 0 {
+				xdpmodel.FixUDPChecksum(f, d)
+			}
 		}
 		before, _ := dp.Counters()
 		if err := unix.Sendto(fd, f, 0, to); err != nil {
@@ -209,8 +230,8 @@ func TestXDPJumboGeneric(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if after[tc.want] != before[tc.want]+1 {
-			t.Errorf("UDP length %d (corrupted %v): counter %v moved by %d; counters before %v after %v",
-				tc.udpLen, tc.corrupt, tc.want, after[tc.want]-before[tc.want], before, after)
+			t.Errorf("UDP length %d (corrupted %d from the end, length %+d): counter %v moved by %d; counters before %v after %v",
+				tc.udpLen, tc.corrupt, tc.lie, tc.want, after[tc.want]-before[tc.want], before, after)
 		}
 	}
 }

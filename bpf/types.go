@@ -166,6 +166,10 @@ const (
 	MapStats   = kernMapXdpfabStats
 	MapAVPool  = kernMapXdpfabAvpool
 	MapLocal   = kernMapXdpfabLocal
+	// MapScratch is the program's own per-CPU buffer for the UDP checksum
+	// of multi-buffer frames (xdpfab_parse.h): neither pinned nor kept by
+	// the loader, whose program holds it.
+	MapScratch = kernMapXdpfabScratch
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.

@@ -101,6 +101,11 @@ const (
 	kernCounterSTAT_MAX           kernCounter = 10
 )
 
+type kernCsumScratch struct {
+	_ structs.HostLayout
+	W [128]uint32
+}
+
 type kernEpKey struct {
 	_     structs.HostLayout
 	Local kernUdpAddr
@@ -167,6 +172,7 @@ const (
 	kernMapXdpfabAvtab   = "xdpfab_avtab"
 	kernMapXdpfabEp      = "xdpfab_ep"
 	kernMapXdpfabLocal   = "xdpfab_local"
+	kernMapXdpfabScratch = "xdpfab_scratch"
 	kernMapXdpfabStats   = "xdpfab_stats"
 	kernMapXdpfabXsks    = "xdpfab_xsks"
 	kernProgXdpfabRx     = "xdpfab_rx"
@@ -227,6 +233,7 @@ type kernMapSpecs struct {
 	XdpfabAvtab   *ebpf.MapSpec `ebpf:"xdpfab_avtab"`
 	XdpfabEp      *ebpf.MapSpec `ebpf:"xdpfab_ep"`
 	XdpfabLocal   *ebpf.MapSpec `ebpf:"xdpfab_local"`
+	XdpfabScratch *ebpf.MapSpec `ebpf:"xdpfab_scratch"`
 	XdpfabStats   *ebpf.MapSpec `ebpf:"xdpfab_stats"`
 	XdpfabXsks    *ebpf.MapSpec `ebpf:"xdpfab_xsks"`
 }
@@ -263,6 +270,7 @@ type kernMaps struct {
 	XdpfabAvtab   *ebpf.Map `ebpf:"xdpfab_avtab"`
 	XdpfabEp      *ebpf.Map `ebpf:"xdpfab_ep"`
 	XdpfabLocal   *ebpf.Map `ebpf:"xdpfab_local"`
+	XdpfabScratch *ebpf.Map `ebpf:"xdpfab_scratch"`
 	XdpfabStats   *ebpf.Map `ebpf:"xdpfab_stats"`
 	XdpfabXsks    *ebpf.Map `ebpf:"xdpfab_xsks"`
 }
@@ -275,6 +283,7 @@ func (m *kernMaps) Close() error {
 		m.XdpfabAvtab,
 		m.XdpfabEp,
 		m.XdpfabLocal,
+		m.XdpfabScratch,
 		m.XdpfabStats,
 		m.XdpfabXsks,
 	)

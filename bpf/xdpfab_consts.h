@@ -76,12 +76,15 @@ enum policy {
 #define XDPFAB_AV_PAGE_LINES 64     /* lines per table map element (struct av_page) */
 #define XDPFAB_AV_RETRY 4          /* reads of a slot, or of both buckets, that change meanwhile */
 
-/* The UDP checksum is verified over at most this many 512-byte chunks
- * (bpf_csum_diff's limit per call) plus a shorter tail: UDP lengths up to
- * XDPFAB_CSUM_CHUNKS * 512 + 511 = 4607 bytes. A longer datagram to an
- * endpoint is malformed: no UMEM frame (4096 bytes, 256 of them headroom)
- * could hold it anyway. Only generic XDP at a jumbo MTU sees one. */
+/* The UDP checksum of a datagram in a frame's linear part is summed in
+ * place, over at most this many 512-byte chunks (bpf_csum_diff's limit per
+ * call) plus a shorter tail: UDP lengths up to XDPFAB_CSUM_CHUNKS * 512 +
+ * 511 = 4607 bytes. A longer datagram, or one in fragments (a jumbo frame),
+ * is summed through a per-CPU scratch buffer of XDPFAB_CSUM_SCRATCH bytes,
+ * up to the longest UDP datagram, XDPFAB_MAX_UDP_LEN. */
 #define XDPFAB_CSUM_CHUNKS 8
+#define XDPFAB_CSUM_SCRATCH 512
+#define XDPFAB_MAX_UDP_LEN 65535
 
 /* Address families, as in Linux. */
 #define XDPFAB_AF_INET 2

@@ -9,7 +9,11 @@ import (
 // Version is the protocol version this package speaks. It changes
 // whenever a message changes meaning or shape in a way the other side
 // could misread; the handshake refuses a peer of another version.
-const Version = 1
+//
+// 2: the endpoint sockets the agent hands over are bound multi-buffer
+// (XDP_USE_SG): a client of version 1 would read a jumbo frame's chain of
+// descriptors as separate frames.
+const Version = 2
 
 // HelloArgs opens a connection.
 type HelloArgs struct {

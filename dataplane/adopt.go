@@ -44,6 +44,10 @@ type AdoptConfig struct {
 	// XDP_USE_NEED_WAKEUP. Without it Kick makes a syscall every time,
 	// which is correct either way.
 	NeedWakeup bool `json:"need_wakeup"`
+	// MultiBuffer says the socket is bound with XDP_USE_SG (its own
+	// binding or its UMEM's): packets longer than a frame come as chains
+	// of descriptors (Desc, PktContd).
+	MultiBuffer bool `json:"multi_buffer,omitempty"`
 	// Netns is the inode number of the socket's network namespace. Sockets
 	// of one UMEM on the same (namespace, ifindex, queue) share the
 	// queue's fill and completion rings, so AdoptSocket must tell queues
@@ -88,10 +92,11 @@ func (s *Socket) Info() SocketInfo {
 		ZeroCopy: s.zeroCopy,
 		UMEM:     s.umem.Config(),
 		Socket: AdoptConfig{
-			RxSize:     int(s.rx.size),
-			TxSize:     int(s.tx.size),
-			NeedWakeup: s.wakeup,
-			Netns:      ns,
+			RxSize:      int(s.rx.size),
+			TxSize:      int(s.tx.size),
+			NeedWakeup:  s.wakeup,
+			MultiBuffer: s.sg,
+			Netns:       ns,
 		},
 	}
 }
@@ -181,7 +186,7 @@ func (u *UMEM) adopt(fd, ifindex, queue int, cfg AdoptConfig) (_ *Socket, err er
 	}
 	key := queueKey{netns: ns, ifindex: ifindex, queue: queue}
 
-	s := &Socket{fd: fd, ino: ino, umem: u, ifindex: ifindex, queue: queue, wakeup: cfg.NeedWakeup}
+	s := &Socket{fd: fd, ino: ino, umem: u, ifindex: ifindex, queue: queue, wakeup: cfg.NeedWakeup, sg: cfg.MultiBuffer}
 	q := u.queues[key]
 	newQueue := q == nil
 	if newQueue {

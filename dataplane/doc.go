@@ -159,4 +159,11 @@
 //     succeeds, so a ring's size cannot be probed to the entry.
 //   - In copy mode a packet lands PacketHeadroom (256) bytes into its frame
 //     (plus UMEMConfig.Headroom); native and generic XDP both keep metadata.
+//   - A packet longer than a frame's room reaches only a socket bound with
+//     SocketConfig.MultiBuffer (XDP_USE_SG, Linux 6.6+), as a chain of
+//     descriptors (PktContd), the metadata in front of the first; a socket
+//     without it never sees the packet, which the kernel counts in
+//     Stats.RxDropped. Frames larger than a page are not an alternative:
+//     XDP_UMEM_REG refuses them (EINVAL), hugetlb-backed or not, on Linux
+//     6.18.
 package dataplane

@@ -40,7 +40,11 @@ type redirectProg struct {
 	xsks *ebpf.Map
 }
 
-func newRedirectProg(tb testing.TB) redirectProg {
+func newRedirectProg(tb testing.TB) redirectProg { return newRedirectProgFlags(tb, 0) }
+
+// newRedirectProgFlags is newRedirectProg with program flags (for one,
+// BPF_F_XDP_HAS_FRAGS: the program takes multi-buffer frames).
+func newRedirectProgFlags(tb testing.TB, flags uint32) redirectProg {
 	tb.Helper()
 	xsks, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name: "test_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: 16,
@@ -72,7 +76,7 @@ func newRedirectProg(tb testing.TB) redirectProg {
 		asm.Return(),
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "test_xsk_meta", Type: ebpf.XDP, License: "GPL", Instructions: insns,
+		Name: "test_xsk_meta", Type: ebpf.XDP, License: "GPL", Instructions: insns, Flags: flags,
 	})
 	if err != nil {
 		tb.Fatalf("load XDP program: %v", err)

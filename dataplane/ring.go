@@ -9,15 +9,21 @@ import (
 )
 
 // Desc is one RX or TX ring descriptor (struct xdp_desc): a packet at UMEM
-// offset Addr of Len bytes. Options carries XDP_PKT_CONTD for multi-buffer
-// packets, which this package does not enable, and on the TX ring
-// DescTxMetadata. The ring memory is read through this type
-// (uapi_linux.go checks its layout).
+// offset Addr of Len bytes. On a socket bound with SocketConfig.MultiBuffer
+// a packet longer than a frame is a chain of descriptors, consecutive on
+// the ring, each but the last with PktContd in Options. On the TX ring,
+// DescTxMetadata in Options says TX metadata lies in front of the packet.
+// The ring memory is read through this type (uapi_linux.go checks its
+// layout).
 type Desc struct {
 	Addr    uint64
 	Len     uint32
 	Options uint32
 }
+
+// PktContd (XDP_PKT_CONTD) in Desc.Options: the packet continues in the
+// next descriptor.
+const PktContd = 1
 
 // DescTxMetadata (XDP_TX_METADATA) in a TX descriptor's Options tells the
 // kernel to read the TX metadata in front of the packet (UMEM.TxChecksum).

@@ -56,6 +56,15 @@ type SocketConfig struct {
 	// TxBudget is the descriptors a copy-mode sendto transmits per call
 	// (XDP_MAX_TX_SKB_BUDGET; kernel default 32). 0 keeps the default.
 	TxBudget int
+	// MultiBuffer binds with XDP_USE_SG (Linux 6.6+ in copy mode): a
+	// packet longer than a frame's room (FrameSize - PacketHeadroom -
+	// Headroom) is received as a chain of descriptors, and may be sent as
+	// one (Desc, PktContd). Without it the kernel drops such a packet and
+	// counts it in Stats.RxDropped. Like Mode, it is the UMEM's first
+	// socket's: later sockets of the UMEM inherit it (the kernel takes no
+	// flags for a shared binding). A kernel that refuses it (EINVAL) gets
+	// a binding without it, logged: Socket.MultiBuffer says which.
+	MultiBuffer bool
 	// Logger receives the zero-copy fallback reason and rebind retries
 	// (default slog.Default()).
 	Logger *slog.Logger
@@ -107,6 +116,7 @@ type Socket struct {
 	queue    int
 	zeroCopy bool
 	wakeup   bool // bound with XDP_USE_NEED_WAKEUP
+	sg       bool // bound with XDP_USE_SG (or sharing a UMEM that is)
 	busyPoll bool
 	pfd      [1]unix.PollFd
 }
@@ -240,8 +250,9 @@ func (u *UMEM) open(ifindex, queue int, cfg SocketConfig) (_ *Socket, err error)
 		return nil, err
 	}
 	if shareFD >= 0 {
-		// A shared binding inherits need_wakeup from the UMEM's first.
-		s.wakeup = u.sockets[0].wakeup
+		// A shared binding inherits need_wakeup and multi-buffer from
+		// the UMEM's first.
+		s.wakeup, s.sg = u.sockets[0].wakeup, u.sockets[0].sg
 	}
 	var opts struct{ flags uint32 }
 	if _, err := getsockoptPtr(fd, solXDP, optOptions, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
@@ -304,22 +315,37 @@ func (s *Socket) bind(shareFD int, cfg SocketConfig) error {
 		wake = sxdpUseNeedWakeup
 	}
 	s.wakeup = wake != 0
+	if cfg.MultiBuffer {
+		s.sg = true
+		err := s.bindMode(sa, cfg, wake|sxdpUseSG)
+		if !errors.Is(err, fi.EINVAL) {
+			return err
+		}
+		cfg.Logger.Info("AF_XDP multi-buffer (XDP_USE_SG) refused, binding without it",
+			"ifindex", s.ifindex, "queue", s.queue, "reason", err)
+		s.sg = false
+	}
+	return s.bindMode(sa, cfg, wake)
+}
+
+// bindMode binds in cfg.Mode with the flags extra.
+func (s *Socket) bindMode(sa *sockaddrXDP, cfg SocketConfig, extra uint16) error {
 	switch cfg.Mode {
 	case BindCopy:
-		sa.Flags = sxdpCopy | wake
+		sa.Flags = sxdpCopy | extra
 		return s.bindRetry(sa, cfg.Logger)
 	case BindZeroCopy:
-		sa.Flags = sxdpZeroCopy | wake
+		sa.Flags = sxdpZeroCopy | extra
 		return s.bindRetry(sa, cfg.Logger)
 	}
-	sa.Flags = sxdpZeroCopy | wake
+	sa.Flags = sxdpZeroCopy | extra
 	err := s.bindRetry(sa, cfg.Logger)
 	if err == nil || errors.Is(err, fi.EBUSY) || errors.Is(err, fi.ENODEV) {
 		return err
 	}
 	cfg.Logger.Info("AF_XDP zero-copy refused, binding in copy mode",
 		"ifindex", s.ifindex, "queue", s.queue, "reason", err)
-	sa.Flags = sxdpCopy | wake
+	sa.Flags = sxdpCopy | extra
 	return s.bindRetry(sa, cfg.Logger)
 }
 
@@ -407,6 +433,10 @@ func (s *Socket) Queue() int {
 
 // ZeroCopy reports whether the kernel bound the socket in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s != nil && s.zeroCopy }
+
+// MultiBuffer reports that the socket is bound with XDP_USE_SG, itself or
+// through the UMEM it shares (SocketConfig.MultiBuffer).
+func (s *Socket) MultiBuffer() bool { return s != nil && s.sg }
 
 // Fill gives frames to the kernel for receiving, as many of addrs as the
 // fill ring has room for, and returns how many it took.
@@ -541,6 +571,25 @@ func (s *Socket) Transmit(descs []Desc) int {
 	}
 	r.submit(n)
 	return int(n)
+}
+
+// TransmitPacket puts one packet on the TX ring: a chain of descriptors,
+// each but the last with PktContd (on a MultiBuffer socket), all of them
+// or, when the ring has no room for all, none (false).
+func (s *Socket) TransmitPacket(descs []Desc) bool {
+	if s == nil || s.tx.mem == nil || len(descs) == 0 {
+		return false
+	}
+	r := &s.tx
+	n := uint32(len(descs))
+	if r.free(n) < n {
+		return false
+	}
+	for i := range n {
+		r.put(i, descs[i])
+	}
+	r.submit(n)
+	return true
 }
 
 // Kick makes the kernel process the TX ring, with a sendto only if the

@@ -36,6 +36,7 @@ const (
 	sxdpCopy          = 1 << 1 // XDP_COPY
 	sxdpZeroCopy      = 1 << 2 // XDP_ZEROCOPY
 	sxdpUseNeedWakeup = 1 << 3 // XDP_USE_NEED_WAKEUP
+	sxdpUseSG         = 1 << 4 // XDP_USE_SG
 )
 
 // AF_XDP TX metadata (linux/if_xdp.h, Linux 6.11 and later for the UMEM

@@ -34,6 +34,8 @@ const (
 	_ = uint(sxdpCopy-unix.XDP_COPY) + uint(unix.XDP_COPY-sxdpCopy)
 	_ = uint(sxdpZeroCopy-unix.XDP_ZEROCOPY) + uint(unix.XDP_ZEROCOPY-sxdpZeroCopy)
 	_ = uint(sxdpUseNeedWakeup-unix.XDP_USE_NEED_WAKEUP) + uint(unix.XDP_USE_NEED_WAKEUP-sxdpUseNeedWakeup)
+	_ = uint(sxdpUseSG-unix.XDP_USE_SG) + uint(unix.XDP_USE_SG-sxdpUseSG)
+	_ = uint(PktContd-unix.XDP_PKT_CONTD) + uint(unix.XDP_PKT_CONTD-PktContd)
 
 	_ = uint(umemTxMetadataLen-unix.XDP_UMEM_TX_METADATA_LEN) + uint(unix.XDP_UMEM_TX_METADATA_LEN-umemTxMetadataLen)
 	_ = uint(txmdFlagsChecksum-unix.XDP_TXMD_FLAGS_CHECKSUM) + uint(unix.XDP_TXMD_FLAGS_CHECKSUM-txmdFlagsChecksum)

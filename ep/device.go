@@ -123,7 +123,7 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 		}
 	}()
 	for q := range queues {
-		cfg := dataplane.SocketConfig{RxSize: -1, TxSize: 64, Mode: a.BindMode, BusyPoll: a.BusyPoll, Logger: a.Logger}
+		cfg := dataplane.SocketConfig{RxSize: -1, TxSize: 64, Mode: a.BindMode, BusyPoll: a.BusyPoll, Logger: a.Logger, MultiBuffer: true}
 		if q == 0 {
 			cfg.TxSize = a.RingSize
 		}
@@ -212,6 +212,11 @@ func (d *device) refill(q int, addrs []uint64) {
 		d.umem.Free(addrs[n:]...) // the ring holds every frame it can: keep the rest
 	}
 }
+
+// multiBuffer reports that the device's sockets take frames longer than a
+// UMEM frame (XDP_USE_SG, which the receive sockets inherit from the
+// anchors through the shared UMEM).
+func (d *device) multiBuffer() bool { return len(d.anchors) > 0 && d.anchors[0].MultiBuffer() }
 
 // sockConfig is the configuration of an endpoint's receive sockets.
 func (d *device) sockConfig(a *Attr, log *slog.Logger) dataplane.SocketConfig {

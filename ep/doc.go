@@ -17,6 +17,14 @@
 // kernel; peer groups (fi_group_addr) are carried on the wire and matched
 // on receive.
 //
+// Message size: MaxMsgSize is the interface's MTU (read at open) less the
+// IP, UDP and xdpfab headers (8940 bytes at MTU 9000 over IPv4); a longer
+// send is fi.EMSGSIZE. A message longer than a UMEM frame travels as a
+// chain of frames (AF_XDP multi-buffer: the sockets are bound with
+// XDP_USE_SG), gathered on receive into a reused buffer; the send and
+// receive paths allocate nothing for it once warm. See
+// docs/semantics.md#message-size.
+//
 // Many processes on one queue: a device queue belongs to one UMEM, so the
 // endpoints of several processes that receive on it share one. A Domain
 // (NewDomain, made by the agent per uid or declared group) is that UMEM,

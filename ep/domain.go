@@ -130,7 +130,7 @@ func NewDomain(cfg DomainConfig) (_ *Domain, err error) {
 	}
 	for q := range cfg.Queues {
 		s, err := dataplane.Open(iface.Index, cfg.FirstQueue+q, dev.umem,
-			dataplane.SocketConfig{RxSize: -1, TxSize: 64, Mode: cfg.BindMode, BusyPoll: cfg.BusyPoll, Logger: cfg.Logger})
+			dataplane.SocketConfig{RxSize: -1, TxSize: 64, Mode: cfg.BindMode, BusyPoll: cfg.BusyPoll, Logger: cfg.Logger, MultiBuffer: true})
 		if err != nil {
 			// The device reports more queues than it has in use (a veth
 			// made with numrxqueues > real ones): take those it has.

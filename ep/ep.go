@@ -161,7 +161,6 @@ func setup(dp *loader.Objects, attr Attr, mk deviceMaker) (e *Endpoint, _ undoLi
 	if e.queues == 0 {
 		e.queues = min(max(have-attr.FirstQueue, 1), MaxQueues)
 	}
-	e.setMaxMsg(maxMsgFor(iface.MTU, attr.Local.Addr()))
 	e.parkLimit = e.attr.Frames / 4
 	defer func() {
 		if err != nil {
@@ -191,6 +190,7 @@ func setup(dp *loader.Objects, attr Attr, mk deviceMaker) (e *Endpoint, _ undoLi
 		e.queues = e.dev.queues // the queues the device could bind
 	}
 	e.umem = e.dev.umem
+	e.setMaxMsg(maxMsgFor(iface.MTU, attr.Local.Addr(), e.dev.multiBuffer(), e.umem.FrameSize()))
 	undo.add(func() { releaseDevice(e.dev) })
 	undo.add(e.closeSockets) // before opening: closes those that did open
 	if err := e.openSockets(iface.Index); err != nil {
@@ -199,10 +199,16 @@ func setup(dp *loader.Objects, attr Attr, mk deviceMaker) (e *Endpoint, _ undoLi
 	return e, undo, nil
 }
 
-// maxMsgFor is the largest message a link of MTU carries in one frame of
-// a 4096-byte UMEM chunk.
-func maxMsgFor(mtu int, local netip.Addr) int {
-	return min(mtu, 4096-dataplane.PacketHeadroom-14) - ipHeaderLen(local) - wire.UDPHeaderLen - wire.HdrLen
+// maxMsgFor is the largest message a link of MTU carries: the MTU less
+// the IP, UDP and xdpfab headers when the device's sockets are
+// multi-buffer (a frame longer than a UMEM frame is a chain of them), else
+// what one UMEM frame of frameSize holds behind the kernel's headroom and
+// the Ethernet header.
+func maxMsgFor(mtu int, local netip.Addr, multiBuffer bool, frameSize int) int {
+	if !multiBuffer {
+		mtu = min(mtu, frameSize-dataplane.PacketHeadroom-14)
+	}
+	return mtu - ipHeaderLen(local) - wire.UDPHeaderLen - wire.HdrLen
 }
 
 func (e *Endpoint) setMaxMsg(maxMsg int) {
@@ -261,7 +267,8 @@ func (e *Endpoint) openSockets(ifindex int) error {
 }
 
 func (e *Endpoint) newRxCtx() *rxCtx {
-	return &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues)}
+	return &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
+		partial: make([][]dataplane.Desc, e.queues)}
 }
 
 func (e *Endpoint) closeSockets() {
@@ -414,7 +421,9 @@ func (e *Endpoint) ID() uint32 {
 }
 
 // MaxMsgSize is the largest message the endpoint sends or receives (0 for
-// a nil Endpoint).
+// a nil Endpoint), fi_info's max_msg_size: the interface's MTU when the
+// endpoint opened less the IP, UDP and xdpfab headers (through the agent,
+// the value the agent computed: HandoverInfo.MaxMsg).
 func (e *Endpoint) MaxMsgSize() int {
 	if e == nil {
 		return 0

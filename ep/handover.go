@@ -224,6 +224,16 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 		return nil, fmt.Errorf("ep adopt: %w", err)
 	}
 	e.umem = e.dev.umem
+	if !e.dev.multiBuffer() {
+		// Sockets that take one UMEM frame per packet (an agent on a
+		// kernel without XDP_USE_SG) carry no more than one holds.
+		if lim := maxMsgFor(1<<16, attr.Local.Addr(), false, e.umem.FrameSize()); lim < e.maxMsg {
+			if a.Attr.MinMultiRecv == 0 {
+				e.attr.MinMultiRecv = lim
+			}
+			e.maxMsg = lim
+		}
+	}
 	undo.add(func() { releaseDevice(e.dev) })
 	undo.add(e.closeSockets) // before adopting: closes those adopted
 	for c := range info.RxContexts {

@@ -16,6 +16,7 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
@@ -193,45 +194,56 @@ func TestWildcardLocalOnly(t *testing.T) {
 // copy mode): the frame leaves with the pseudo-header sum in the checksum
 // field as a CHECKSUM_PARTIAL packet, and a kernel UDP socket of the peer
 // (which has the XDP program attached, natively or generic, and passes the
-// datagram on) receives every size intact, over IPv4 and IPv6. A capture on
+// datagram on) receives every size intact, over IPv4 and IPv6, at MTU 1500
+// and at 9000 (the largest messages leave as chains of frames, the
+// metadata on the first). A capture on
 // the peer shows the field as the kernel's own sockets leave it.
 func TestSentChecksumOffload(t *testing.T) {
-	for _, mode := range []loader.Mode{loader.Native, loader.Generic} {
-		for _, v6 := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/%s", mode, map[bool]string{false: "ipv4", true: "ipv6"}[v6]), func(t *testing.T) {
-				r := newRig(t, rigOpts{v6: v6, mode: mode})
-				svc := netip.AddrPortFrom(r.b.local.Addr(), 9999)
-				conn, err := r.b.h.ListenPacket("udp", svc.String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close()
-				var capFD int
-				err = r.b.h.Do(func() (err error) {
-					capFD, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-					return err
+	for _, mtu := range []int{1500, 9000} { // at 9000 the largest messages leave as chains of frames
+		for _, mode := range []loader.Mode{loader.Native, loader.Generic} {
+			for _, v6 := range []bool{false, true} {
+				t.Run(fmt.Sprintf("mtu%d/%s/%s", mtu, mode, map[bool]string{false: "ipv4", true: "ipv6"}[v6]), func(t *testing.T) {
+					testSentChecksumOffload(t, mtu, mode, v6)
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer unix.Close(capFD)
-				unix.SetsockoptTimeval(capFD, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
-				to := r.a.insert(t, svc)
-				for _, n := range []int{0, 1, 63, 64, 471, 1024, r.a.ep.MaxMsgSize()} {
-					payload := bytes.Repeat([]byte{byte(n), 0x5a, 0xa5}, n/3+1)[:n]
-					send(t, r.a, func() error { return r.a.ep.Send(payload, to, n) })
-					read(t, r.a.tx)
-					conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-					b := make([]byte, 9000)
-					got, _, err := conn.ReadFrom(b)
-					if err != nil || got != wire.HdrLen+n || !bytes.Equal(b[wire.HdrLen:got], payload) {
-						t.Fatalf("%d bytes: kernel socket got %d bytes (%v)", n, got, err)
-					}
-					if !capturedPartial(t, capFD, svc, wire.UDPHeaderLen+wire.HdrLen+n) {
-						t.Fatalf("%d bytes: the frame left with a full checksum, not the kernel's to complete", n)
-					}
-				}
-			})
+			}
+		}
+	}
+}
+
+func testSentChecksumOffload(t *testing.T, mtu int, mode loader.Mode, v6 bool) {
+	r := newRig(t, rigOpts{v6: v6, mode: mode, bedOpts: testbed.Options{MTU: mtu}})
+	svc := netip.AddrPortFrom(r.b.local.Addr(), 9999)
+	conn, err := r.b.h.ListenPacket("udp", svc.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var capFD int
+	err = r.b.h.Do(func() (err error) {
+		capFD, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(capFD)
+	unix.SetsockoptTimeval(capFD, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	to := r.a.insert(t, svc)
+	for _, n := range []int{0, 1, 63, 64, 471, 1024, 4000, 8000, r.a.ep.MaxMsgSize()} {
+		if n > r.a.ep.MaxMsgSize() {
+			continue
+		}
+		payload := bytes.Repeat([]byte{byte(n), 0x5a, 0xa5}, n/3+1)[:n]
+		send(t, r.a, func() error { return r.a.ep.Send(payload, to, n) })
+		read(t, r.a.tx)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 9000)
+		got, _, err := conn.ReadFrom(b)
+		if err != nil || got != wire.HdrLen+n || !bytes.Equal(b[wire.HdrLen:got], payload) {
+			t.Fatalf("%d bytes: kernel socket got %d bytes (%v)", n, got, err)
+		}
+		if !capturedPartial(t, capFD, svc, wire.UDPHeaderLen+wire.HdrLen+n) {
+			t.Fatalf("%d bytes: the frame left with a full checksum, not the kernel's to complete", n)
 		}
 	}
 }

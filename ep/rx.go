@@ -28,7 +28,12 @@ type rxCtx struct {
 	parked []frameRef
 	refill [][]uint64 // per queue: frames to give back to its fill ring
 	descs  []dataplane.Desc
-	raw    [fi.SockaddrIn6Len]byte
+	// A jumbo frame (AF_XDP multi-buffer) is a chain of descriptors:
+	// partial holds, per queue, those of a chain whose last descriptor
+	// is still on the ring; bufs are free gather buffers (frameRef.data).
+	partial [][]dataplane.Desc
+	bufs    [][]byte
+	raw     [fi.SockaddrIn6Len]byte
 }
 
 type recvOp struct {
@@ -47,6 +52,11 @@ type frameRef struct {
 	len   uint32
 	q     int
 	claim any // FI_PEEK|FI_CLAIM's context: kept for its FI_CLAIM receive only
+	// data, for a jumbo frame, is the whole frame gathered from its chain
+	// of descriptors (the first, at addr, keeps the metadata in front of
+	// it and is held; the others went back to the fill ring). nil: the
+	// frame is the descriptor's.
+	data []byte
 }
 
 // RxContext is one receive context of an endpoint (fi_rx_context): Recv,
@@ -311,6 +321,13 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 	}
 	for _, d := range c.descs[:got] {
 		f := frameRef{addr: d.Addr, len: d.Len, q: q}
+		if d.Options&dataplane.PktContd != 0 || len(c.partial[q]) > 0 {
+			c.partial[q] = append(c.partial[q], d)
+			if d.Options&dataplane.PktContd != 0 {
+				continue // the chain goes on
+			}
+			f = c.gather(q)
+		}
 		if !c.deliver(f) {
 			c.parked = append(c.parked, f)
 			*parkRoom--
@@ -323,6 +340,29 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 // rxPrefetch is how much of a received packet take prefetches: headers
 // (up to 14+40+8 bytes), the xdpfab header and the start of the payload.
 const rxPrefetch = 256
+
+// gather makes one frame of queue q's completed chain of descriptors
+// (c.partial[q]): the frame's bytes in a gather buffer, the first
+// descriptor held for its metadata, the others given back. One copy of
+// the frame more than a frame in one descriptor costs; the buffers are
+// reused, so it allocates only until the context has as many as it holds
+// jumbo frames at once.
+func (c *rxCtx) gather(q int) frameRef {
+	chain := c.partial[q]
+	u := c.ep.umem
+	var buf []byte
+	if n := len(c.bufs); n > 0 {
+		buf, c.bufs = c.bufs[n-1], c.bufs[:n-1]
+	}
+	for i, d := range chain {
+		buf = append(buf, u.Packet(d)...)
+		if i > 0 {
+			c.refill[q] = append(c.refill[q], u.FrameAddr(d.Addr))
+		}
+	}
+	c.partial[q] = chain[:0]
+	return frameRef{addr: chain[0].Addr, len: chain[0].Len, q: q, data: buf}
+}
 
 // drainParked delivers parked frames that now match a posted receive, in
 // arrival order.
@@ -386,7 +426,10 @@ type msgComp struct {
 // tag, CQ data). ok false: not a frame of this endpoint.
 func (c *rxCtx) frameMsg(f frameRef) (h wire.Hdr, payload []byte, comp msgComp, ok bool) {
 	u := c.ep.umem
-	pkt := u.Packet(dataplane.Desc{Addr: f.addr, Len: f.len})
+	pkt := f.data
+	if pkt == nil {
+		pkt = u.Packet(dataplane.Desc{Addr: f.addr, Len: f.len})
+	}
 	m, ok := wire.ParseMeta(u.Meta(f.addr, wire.MetaLen))
 	if ok && m.EpID == c.ep.id && int(m.HdrOff)+wire.HdrLen+int(m.PayloadLen) <= len(pkt) {
 		h, ok = wire.ParseHdr(pkt[m.HdrOff:])
@@ -494,6 +537,12 @@ func (c *rxCtx) drain() {
 		c.release(f)
 	}
 	c.parked = nil
+	for q, p := range c.partial {
+		for _, d := range p {
+			c.release(frameRef{addr: d.Addr, len: d.Len, q: q})
+		}
+		c.partial[q] = p[:0]
+	}
 	for q, s := range c.socks {
 		for n := s.Receive(c.descs); n > 0; n = s.Receive(c.descs) {
 			for _, d := range c.descs[:n] {
@@ -508,6 +557,9 @@ func (c *rxCtx) drain() {
 // frames over, one ring update per queue. The caller holds c.mu.
 func (c *rxCtx) release(f frameRef) {
 	c.refill[f.q] = append(c.refill[f.q], c.ep.umem.FrameAddr(f.addr))
+	if f.data != nil {
+		c.bufs = append(c.bufs, f.data[:0])
+	}
 }
 
 func (c *rxCtx) flush() {

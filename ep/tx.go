@@ -38,6 +38,11 @@ type txState struct {
 	// domain's endpoint, whose frames may be reported twice after a
 	// drainer died (the UMEM's free list ignores the second).
 	spare []uint64
+	// A frame longer than a UMEM frame (a jumbo message) is built in
+	// jumbo, then copied into a chain of frames (chain) sent as one
+	// packet of several descriptors (AF_XDP multi-buffer).
+	jumbo []byte
+	chain []uint64
 	// A sharing domain's endpoint transmits on a socket of its own (s)
 	// and takes its finished frames through the domain's block, from the
 	// completion ring of comp's queue.
@@ -259,20 +264,22 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	addr := t.addrs[0] + t.txOff
 	fr := wire.Frame{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf,
 		PartialUDPCsum: t.csumOffload}
-	n := fr.Put(t.umem.Frame(addr))
-	t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
-	if t.csumOffload {
-		if t.umem.TxChecksum(addr, uint16(fr.UDPOffset()), udpCsumField) {
-			t.descs[0].Options = dataplane.DescTxMetadata
-		} else { // cannot happen with txOff from the UMEM; never send a partial sum
-			fr.PartialUDPCsum = false
-			fr.Put(t.umem.Frame(addr))
-		}
-	}
-	if t.s.Transmit(t.descs) != 1 {
+	if fr.Len() > t.umem.FrameSize()-int(t.txOff) {
+		// A jumbo frame: addr goes back, a chain takes its place.
 		t.umem.Free(addr)
-		t.kick()
-		return errTxRingFull
+		var err error
+		if addr, err = t.sendChain(&fr); err != nil {
+			return err
+		}
+	} else {
+		n := fr.Put(t.umem.Frame(addr))
+		t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
+		t.checksum(&fr, t.umem.Frame(addr), &t.descs[0])
+		if t.s.Transmit(t.descs[:1]) != 1 {
+			t.umem.Free(addr)
+			t.kick()
+			return errTxRingFull
+		}
 	}
 	if e.trace != nil {
 		e.traceTx()
@@ -302,8 +309,80 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	return nil
 }
 
+// checksum asks the kernel to complete the UDP checksum of the packet
+// that starts at d (built from fr into pkt with a partial sum) when the
+// device does (csumOffload), or fills in the full sum itself.
+func (t *txState) checksum(fr *wire.Frame, pkt []byte, d *dataplane.Desc) {
+	if !t.csumOffload {
+		return
+	}
+	if t.umem.TxChecksum(d.Addr, uint16(fr.UDPOffset()), udpCsumField) {
+		d.Options |= dataplane.DescTxMetadata
+		return
+	}
+	// Cannot happen with txOff from the UMEM; never send a partial sum.
+	fr.PartialUDPCsum = false
+	fr.Put(pkt)
+	if d.Options&dataplane.PktContd != 0 { // a chain: the first piece holds the checksum field
+		copy(t.umem.Frame(d.Addr), pkt[:d.Len])
+	}
+}
+
 // txSpare is how many completed frames a device keeps for its next sends.
 const txSpare = 64
+
+// sendChain puts a frame longer than a UMEM frame on the TX ring as one
+// packet of several frames, and returns the address of the last: the
+// completion of the message is recorded there (the others complete
+// without a report). The caller holds t.mu.
+func (t *txState) sendChain(fr *wire.Frame) (last uint64, err error) {
+	fsz := t.umem.FrameSize() - int(t.txOff) // each piece behind its frame's TX metadata room
+	n := fr.Len()
+	k := (n + fsz - 1) / fsz
+	if k > len(t.addrs) {
+		return 0, fmt.Errorf("ep send: a %d-byte frame in %d UMEM frames: %w", n, k, fi.EMSGSIZE)
+	}
+	got := t.umem.Alloc(t.addrs[:k])
+	if got < k {
+		t.umem.Free(t.addrs[:got]...)
+		t.reclaim()
+		if got = t.umem.Alloc(t.addrs[:k]); got < k {
+			t.umem.Free(t.addrs[:got]...)
+			t.kick()
+			return 0, errNoFrame
+		}
+	}
+	t.chain = append(t.chain[:0], t.addrs[:k]...)
+	if cap(t.jumbo) < n {
+		t.jumbo = make([]byte, n)
+	}
+	b := t.jumbo[:n]
+	fr.Put(b)
+	t.descs = t.descs[:0]
+	for i, a := range t.chain {
+		piece := b[i*fsz : min((i+1)*fsz, n)]
+		copy(t.umem.Frame(a+t.txOff), piece)
+		d := dataplane.Desc{Addr: a + t.txOff, Len: uint32(len(piece))}
+		if i < k-1 {
+			d.Options = dataplane.PktContd
+		}
+		t.descs = append(t.descs, d)
+	}
+	// The first descriptor carries the packet's TX metadata.
+	t.checksum(fr, b, &t.descs[0])
+	if !t.s.TransmitPacket(t.descs) {
+		t.umem.Free(t.chain...)
+		t.kick()
+		return 0, errTxRingFull
+	}
+	// Each frame is outstanding on its own; only the last reports.
+	t.pending += k - 1
+	t.outstanding += k - 1
+	for _, a := range t.chain[:k-1] {
+		t.inflight[a>>t.shift] = txOp{}
+	}
+	return t.chain[k-1], nil
+}
 
 func (t *txState) alloc() int {
 	if t.takeSpare() {

@@ -178,6 +178,9 @@ func Load(cfg Config) (*Objects, error) {
 	d.AVTab, d.AVMeta, d.AuthKey = objs.XdpfabAvtab, objs.XdpfabAvmeta, objs.XdpfabAuthkey
 	d.EP, d.XSKs, d.Stats, d.AVPool = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats, objs.XdpfabAvpool
 	d.Local = objs.XdpfabLocal
+	// The checksum's scratch buffer is the program's alone: it holds
+	// the map.
+	objs.XdpfabScratch.Close()
 	if err := d.fixAVEntries(); err != nil {
 		d.Close()
 		return nil, err

@@ -24,8 +24,12 @@ type cached struct {
 }
 
 // Lookup is r.Lookup(dst), answered from the cache when dst was the last
-// destination looked up through c in r and nothing changed in r since.
+// destination looked up through c in r and nothing changed in r since. A
+// nil Cache asks r every time.
 func (c *Cache) Lookup(r *Resolver, dst netip.Addr) (Hop, error) {
+	if c == nil {
+		return r.Lookup(dst)
+	}
 	if e := c.last.Load(); e != nil && e.r == r && e.dst == dst && r != nil && e.gen == r.gen.Load() {
 		return e.hop, nil
 	}

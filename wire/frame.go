@@ -48,8 +48,12 @@ type Frame struct {
 	PartialUDPCsum bool
 }
 
-// UDPOffset returns where the UDP header starts in the frame Put writes.
+// UDPOffset returns where the UDP header starts in the frame Put writes
+// (0 for a nil Frame).
 func (f *Frame) UDPOffset() int {
+	if f == nil {
+		return 0
+	}
 	n := 14 + 4*len(f.VLANs)
 	if f.Src.Addr().Unmap().Is4() {
 		return n + 20 + len(f.IPOptions)

@@ -86,6 +86,7 @@ var subjects = []subject{
 	{zero: dataplane.BindMode(0)},
 
 	{nilPtr: (*neigh.Resolver)(nil), zero: &neigh.Resolver{}},
+	{nilPtr: (*neigh.Cache)(nil), zero: &neigh.Cache{}},
 
 	{nilPtr: (*client.Client)(nil), zero: &client.Client{}},
 

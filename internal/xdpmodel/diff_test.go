@@ -72,6 +72,9 @@ func TestDifferential(t *testing.T) {
 	var tally [bpf.NumCounters]uint64 // what the model says the row gained
 	kinds := map[string]int{}
 	stamped := 0 // frames to an endpoint being measured (fixture EP6)
+	// Outcomes of frames with fragments (longer than a test run's linear
+	// part): the checks over fragments must have been reached.
+	fragged := map[bpf.Counter]int{}
 	start := time.Now()
 	err = bed.A.Do(func() error {
 		base, err := readRow(dp, row)
@@ -84,6 +87,9 @@ func TestDifferential(t *testing.T) {
 			kinds[kind]++
 			ctx := bpf.XDPMD{IngressIfindex: uint32(bed.A.Ifindex), RxQueueIndex: uint32(rng.IntN(2))}
 			want := tables.Run(frame, ctx)
+			if len(frame) > xdpmodel.TestLinear {
+				fragged[want.Counter]++
+			}
 			fail := func(format string, a ...any) error {
 				return fmt.Errorf("seed %d, frame %d (%s, queue %d): %s\nmodel: %v\nframe (%d bytes): % x",
 					seed, i, kind, ctx.RxQueueIndex, fmt.Sprintf(format, a...), want, len(frame), frame)
@@ -150,6 +156,14 @@ func TestDifferential(t *testing.T) {
 	t.Logf("kinds %v; %d stamped", kinds, stamped)
 	if n >= 1000 && stamped == 0 {
 		t.Errorf("no frame of %d went to the stamping endpoint: the stamp went untested", n)
+	}
+	t.Logf("frames with fragments: %v", fragged)
+	if n >= 4000 {
+		for _, c := range []bpf.Counter{bpf.CounterTranslated, bpf.CounterCsumError, bpf.CounterMalformed} {
+			if fragged[c] == 0 {
+				t.Errorf("no frame with fragments ended in %v: the checks over fragments went untested", c)
+			}
+		}
 	}
 }
 

@@ -46,6 +46,7 @@ var kinds = []struct {
 	{"header", 12, (*Gen).header},
 	{"ihl", 9, (*Gen).ihl},
 	{"big", 6, (*Gen).big},
+	{"jumbo", 12, (*Gen).jumbo},
 	{"bitflip", 18, (*Gen).bitflip},
 	{"random", 12, (*Gen).random},
 }
@@ -477,19 +478,76 @@ func (g *Gen) ihl() [][]byte {
 }
 
 // big makes datagrams up to the longest frame a test run shows whole
-// (MaxTestFrame), with lengths at every 512-byte chunk boundary of the
-// checksum loop. (A datagram beyond the loop's reach, MaxUDPLen, needs a
-// longer frame: bpf/checks_test.go sends one through generic XDP.)
+// (TestLinear), with lengths at every 512-byte chunk boundary of the
+// in-place checksum loop.
 func (g *Gen) big() [][]byte {
 	s := g.spec()
 	s.Payload = nil
-	room := MaxTestFrame - s.Len()
+	room := TestLinear - s.Len()
 	n := 512*(1+g.rng.IntN(6)) - minUDPLen + g.rng.IntN(9) - 4
 	if g.chance(0.3) {
 		n = room - g.rng.IntN(8)
 	}
 	s.Payload = g.payload(min(max(n, 0), room))
 	return one(wire.Build(s))
+}
+
+// jumbo makes datagrams longer than a test run's linear part (TestLinear),
+// so that their tail lies in fragments: lengths across the linear end, at
+// the scratch buffer's 512-byte pieces, the sizes of MTU 9000 and up to
+// the longest UDP datagram; some with a defect in the fragments (a
+// corrupted byte, an IP or UDP length that reaches past the frame or
+// stops short) and the checksums fixed or not.
+func (g *Gen) jumbo() [][]byte {
+	s := g.spec()
+	s.Payload = nil
+	hdrs := s.Len() // with the UDP and xdpfab headers
+	maxUDP := 0xffff
+	if s.Src.Addr().Is4() {
+		maxUDP = 0xffff - (hdrs - minUDPLen - 14 - 4*len(s.VLANs)) // IPv4's total length
+	}
+	var n int
+	switch g.rng.IntN(6) {
+	case 0: // across the linear end
+		n = TestLinear - hdrs + g.rng.IntN(64) - 32
+	case 1: // at the edges of the scratch pieces
+		n = 512*(7+g.rng.IntN(12)) - minUDPLen + g.rng.IntN(9) - 4
+	case 2: // what MTU 9000 carries
+		n = g.pick4(4096, 8192, 9000-20-minUDPLen, 9000-40-minUDPLen)
+	case 3: // the longest datagrams
+		n = maxUDP - minUDPLen - g.rng.IntN(600)
+	default:
+		n = TestLinear + g.rng.IntN(6000)
+	}
+	n = min(max(n, 0), maxUDP-minUDPLen)
+	s.Payload = g.payload(n)
+	f := wire.Build(s)
+	d, _ := wire.ParseUDP(f)
+	tail := func() int { return TestLinear + g.rng.IntN(len(f)-TestLinear) }
+	if len(f) <= TestLinear {
+		return one(f)
+	}
+	switch g.rng.IntN(5) {
+	case 0: // a byte in the fragments corrupted
+		f[tail()] ^= byte(1 + g.rng.IntN(255))
+	case 1: // the UDP length lies
+		u := binary.BigEndian.Uint16(f[d.L4Off+4:])
+		binary.BigEndian.PutUint16(f[d.L4Off+4:], u+uint16(g.rng.IntN(64))-32)
+		if g.chance(0.7) {
+			FixUDPChecksum(f, d)
+		}
+	case 2: // the IP length lies
+		at := d.L3Off + 2
+		if d.Family == wire.AFInet6 {
+			at = d.L3Off + 4
+		}
+		v := binary.BigEndian.Uint16(f[at:])
+		binary.BigEndian.PutUint16(f[at:], v+uint16(g.rng.IntN(64))-32)
+		FixIPv4Checksum(f, d)
+	case 3: // the frame cut short in its fragments
+		f = f[:tail()]
+	}
+	return one(f)
 }
 
 // bitflip flips a few random bits of a valid frame, anywhere.

@@ -28,21 +28,28 @@ const (
 	Redirect uint32 = 4 // XDP_REDIRECT
 )
 
-// Limits of the program (bpf/xdpfab_consts.h).
+// Limits of the program (bpf/xdpfab_consts.h) and of its test runs.
 const (
-	// CsumChunks is XDPFAB_CSUM_CHUNKS: UDP lengths above
-	// CsumChunks*512+511 are malformed.
+	// CsumChunks is XDPFAB_CSUM_CHUNKS: the program sums a datagram of
+	// up to CsumChunks*512+511 bytes in the frame's linear part in place,
+	// any other through a scratch buffer (fragments included). The model
+	// needs no such distinction: the sum is the same.
 	CsumChunks = 8
-	// MaxUDPLen is the longest UDP datagram the program checksums.
-	MaxUDPLen = CsumChunks*512 + 511
+	// MaxLinearSum is the longest datagram summed in place.
+	MaxLinearSum = CsumChunks*512 + 511
 	// minUDPLen is the UDP header and the xdpfab header.
 	minUDPLen = wire.UDPHeaderLen + wire.HdrLen
-	// MaxTestFrame is the longest frame a BPF_PROG_TEST_RUN shows the
-	// program whole (a page minus the XDP headroom and skb_shared_info:
-	// *measured* 3520 bytes on Linux 6.18); the rest of a longer one goes
-	// to fragments, which the program (not multi-buffer) does not see.
-	// The generator makes no longer frame.
-	MaxTestFrame = 3520
+	// TestLinear is the linear part of a frame a BPF_PROG_TEST_RUN
+	// shows the program (a page minus the XDP headroom and
+	// skb_shared_info: *measured* 3520 bytes on Linux 6.18); the rest of
+	// a longer frame goes to fragments, which the program (xdp.frags)
+	// reads through bpf_xdp_load_bytes. Run models a frame with this
+	// linear part; RunLinear takes another.
+	TestLinear = 3520
+	// MaxTestFrame is the longest frame the generator makes: an IPv6
+	// datagram of the longest UDP length (65535) behind two VLAN tags,
+	// well within a test run's 17 fragments of a page.
+	MaxTestFrame = 14 + 8 + 40 + 65535
 	// MinFrame is the shortest frame a test run takes (an Ethernet
 	// header: no driver hands XDP less). The generator makes no shorter
 	// one; the model takes anything.
@@ -100,8 +107,20 @@ func (r Result) String() string {
 }
 
 // Run returns what the program does with frame arriving with ctx's
-// ingress ifindex and rx queue.
+// ingress ifindex and rx queue, laid out as a test run lays it out: its
+// first TestLinear bytes linear, the rest in fragments.
 func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
+	return t.RunLinear(frame, min(len(frame), TestLinear), ctx)
+}
+
+// RunLinear is Run for a frame whose first linear bytes are its linear
+// part (the program's [data, data_end)) and the rest fragments: the
+// program parses the headers in the linear part only and checks lengths
+// and the checksum over the whole frame. Every kernel path hands XDP at
+// least the first 3.5 KB of a frame linear, far more than the headers
+// (docs/platform.md#multi-buffer-xdp), so linear matters only below that.
+func (t *Tables) RunLinear(frame []byte, linear int, ctx bpf.XDPMD) Result {
+	linear = min(max(linear, 0), len(frame))
 	r := Result{Row: int(ctx.IngressIfindex)}
 	if r.Row >= bpf.IfindexSlots {
 		r.Row = 0
@@ -111,8 +130,9 @@ func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
 		return r
 	}
 
-	// 1. A UDP datagram with its destination, or not ours.
-	d, ok := wire.ParseUDP(frame)
+	// 1. A UDP datagram with its destination, or not ours: its headers
+	// in the linear part.
+	d, ok := wire.ParseUDP(frame[:linear])
 	if !ok {
 		return out(Pass, bpf.CounterPass)
 	}
@@ -143,7 +163,7 @@ func (t *Tables) Run(frame []byte, ctx bpf.XDPMD) Result {
 	}
 
 	// 4. IP and UDP as the kernel checks them, then the xdpfab header.
-	ipLen, bad := checkIP(frame, d)
+	ipLen, bad := checkIP(frame, linear, d)
 	if bad == 0 {
 		bad = checkUDP(frame, d, ipLen)
 	}
@@ -263,17 +283,18 @@ func key(ap netip.AddrPort, family uint8) bpf.Addr {
 	return k
 }
 
-// checkIP is check_ip: room for the UDP and xdpfab headers, then the
-// version, for IPv4 the header checksum and the total length, for IPv6
-// the payload length, then the source. It returns the IP payload length,
-// or the counter of the failure.
-func checkIP(f []byte, d wire.Datagram) (ipLen int, bad bpf.Counter) {
+// checkIP is check_ip: room for the UDP and xdpfab headers in the linear
+// part, then the version, for IPv4 the header checksum and the total
+// length, for IPv6 the payload length (both within the whole frame), then
+// the source. It returns the IP payload length, or the counter of the
+// failure.
+func checkIP(f []byte, linear int, d wire.Datagram) (ipLen int, bad bpf.Counter) {
 	l3 := d.L3Off
-	if d.L4Off+minUDPLen > len(f) {
+	if d.L4Off+minUDPLen > linear {
 		return 0, bpf.CounterMalformed
 	}
 	if d.Family == wire.AFInet {
-		if l3+60 > len(f) { // implied by the line above
+		if l3+60 > linear { // implied by the line above
 			return 0, bpf.CounterMalformed
 		}
 		if f[l3]>>4 != 4 {
@@ -304,14 +325,15 @@ func checkIP(f []byte, d wire.Datagram) (ipLen int, bad bpf.Counter) {
 	return ipLen, 0
 }
 
-// checkUDP is check_udp: the UDP length against the xdpfab header, the IP
-// payload and the checksum's reach, then the checksum: 0 is none over
-// IPv4 and invalid over IPv6; the bare pseudo-header sum is
-// CHECKSUM_PARTIAL and accepted; otherwise the datagram must sum right.
+// checkUDP is check_udp: the UDP length against the xdpfab header and the
+// IP payload, then the checksum over the whole datagram (fragments
+// included): 0 is none over IPv4 and invalid over IPv6; the bare
+// pseudo-header sum is CHECKSUM_PARTIAL and accepted; otherwise the
+// datagram must sum right.
 func checkUDP(f []byte, d wire.Datagram, ipLen int) bpf.Counter {
 	u := f[d.L4Off:]
 	udpLen := int(binary.BigEndian.Uint16(u[4:]))
-	if udpLen < minUDPLen || udpLen > ipLen || udpLen > MaxUDPLen {
+	if udpLen < minUDPLen || udpLen > ipLen {
 		return bpf.CounterMalformed
 	}
 	field := binary.BigEndian.Uint16(u[6:])

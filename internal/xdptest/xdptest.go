@@ -36,26 +36,25 @@ func Run(dp *loader.Objects, f []byte) (Result, error) { return RunQueue(dp, f, 
 // kernel needs IngressIfindex, of a device in the calling thread's network
 // namespace, for any RxQueueIndex but 0).
 func RunQueue(dp *loader.Objects, f []byte, ctx bpf.XDPMD) (Result, error) {
-	out := make([]byte, len(f)+256)
 	var ctxOut bpf.XDPMD
 	ctx.DataEnd = uint32(len(f))
-	ret, err := dp.Program.Run(&ebpf.RunOptions{
-		Data: f, DataOut: out, Context: ctx, ContextOut: &ctxOut,
-	})
+	opts := &ebpf.RunOptions{
+		Data: f, DataOut: make([]byte, len(f)+256), Context: ctx, ContextOut: &ctxOut,
+	}
+	ret, err := dp.Program.Run(opts)
 	if err != nil {
 		return Result{}, fmt.Errorf("test run: %w", err)
 	}
+	// The output is the metadata, the linear part and the fragments
+	// (data_size_out); the context's data_end ends the linear part only.
+	out := opts.DataOut
 	r := Result{Verdict: ret}
 	// The context's data offset is the metadata length in front of the frame.
 	metaLen := int(ctxOut.Data)
 	if metaLen >= wire.MetaLen {
 		r.Meta, r.HasMeta = wire.ParseMeta(out[metaLen-wire.MetaLen : metaLen])
 	}
-	end := int(ctxOut.DataEnd)
-	if end > len(out) {
-		end = len(out)
-	}
-	r.Frame = out[metaLen:end]
+	r.Frame = out[min(metaLen, len(out)):]
 	return r, nil
 }
 
