@@ -271,7 +271,8 @@ func (c *rxCtx) progress() (blocked bool) {
 		return false // another goroutine is at it
 	}
 	defer c.mu.Unlock()
-	defer c.flush()
+	c.flush() // what the last call held back (flushLazy), off this message's path
+	defer c.flushLazy()
 	if c.ep.closed.Load() {
 		return false
 	}
@@ -559,6 +560,24 @@ func (c *rxCtx) release(f frameRef) {
 	c.refill[f.q] = append(c.refill[f.q], c.ep.umem.FrameAddr(f.addr))
 	if f.data != nil {
 		c.bufs = append(c.bufs, f.data[:0])
+	}
+}
+
+// lazyRefill is how many received frames per queue a context may keep
+// from its fill ring until its next progress call: the refill (the fill
+// ring's lock, the ring and its producer index, a line the kernel reads)
+// then comes after the completion is read, not before. A context holds at
+// most this many frames back, so idle contexts cannot starve a queue.
+const lazyRefill = 4
+
+// flushLazy is flush for batches larger than lazyRefill, and for a sharing
+// domain's endpoint (whose frames the agent accounts for) at once.
+func (c *rxCtx) flushLazy() {
+	for q, addrs := range c.refill {
+		if len(addrs) > lazyRefill || len(addrs) > 0 && c.ep.dev.share != nil {
+			c.ep.dev.refill(q, addrs)
+			c.refill[q] = addrs[:0]
+		}
 	}
 }
 
