@@ -14,6 +14,7 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/testutil"
+	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 )
@@ -55,7 +56,7 @@ func BenchmarkXDP(b *testing.B) {
 			b.Fatal(got, err)
 		}
 		local := netip.MustParseAddrPort("198.19.0.1:7000")
-		if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
+		if err := xdptest.PutEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
 			b.Fatal(err)
 		}
 		frames := make([][]byte, 256)
@@ -124,7 +125,7 @@ func BenchmarkXDPChecks(b *testing.B) {
 	src4, src6 := netip.MustParseAddrPort("198.18.1.1:5000"), netip.MustParseAddrPort("[2001:2:1::1]:5000")
 	dst4, dst6 := netip.MustParseAddrPort("198.19.0.1:7000"), netip.MustParseAddrPort("[2001:2:ff::1]:7000")
 	for i, dst := range []netip.AddrPort{dst4, dst6} {
-		if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(dst)}, bpf.EPVal{EpId: uint32(i + 1), AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
+		if err := xdptest.PutEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(dst)}, bpf.EPVal{EpId: uint32(i + 1), AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -35,6 +35,9 @@ type (
 	EPKey = kernEpKey
 	// EPVal is struct ep_val, the endpoint table's value.
 	EPVal = kernEpVal
+	// EPSlot is struct ep_slot, an entry of the endpoint index
+	// (xdpfab_epslot; loader/epindex.go).
+	EPSlot = kernEpSlot
 	// ProcID is struct proc_id: a process by pid and start time.
 	ProcID = kernProcId
 	// PoolVal is struct pool_val: AV capacity a process holds in reserve.
@@ -166,6 +169,16 @@ const (
 	MapStats   = kernMapXdpfabStats
 	MapAVPool  = kernMapXdpfabAvpool
 	MapLocal   = kernMapXdpfabLocal
+	MapEPPort  = kernMapXdpfabEpport
+	MapEPSlot  = kernMapXdpfabEpslot
+)
+
+// EPSlot.State values (XDPFAB_EPS_*): a free slot, one linked from its
+// port's xdpfab_epport entry, one unlinked and waiting for a grace period.
+const (
+	EPSFree    = 0
+	EPSUsed    = 1
+	EPSRetired = 2
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.

@@ -66,6 +66,13 @@ enum policy {
  * is part of the frame because AF_XDP's copy mode copies only the metadata
  * and the frame: nothing in front of the metadata reaches the socket. */
 #define XDPFAB_EPF_STAMP 0x01
+
+/* struct ep_slot's state (user space's bookkeeping; XDP never reads it):
+ * free (its key cleared), linked from its port's xdpfab_epport entry, or
+ * retired (unlinked, its contents kept until a grace period has passed). */
+#define XDPFAB_EPS_FREE 0
+#define XDPFAB_EPS_USED 1
+#define XDPFAB_EPS_RETIRED 2
 #define XDPFAB_STAMP_LEN 8
 
 /* av_slot.flags / av_val.flags */
