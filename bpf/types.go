@@ -141,7 +141,9 @@ const IfindexSlots = 1024
 // below; counter_string.go is stringer's).
 type Counter = kernCounter
 
-// Counters. Every frame counts in CounterRX and in exactly one other.
+// Counters. Every frame counts in exactly one counter but CounterRX, and
+// CounterRX is their sum: the XDP program does not count it, the loader's
+// counter readers (loader.Objects.Counters) add it up.
 const (
 	CounterRX           Counter = kernCounterSTAT_RX            // rx
 	CounterTranslated   Counter = kernCounterSTAT_TRANSLATED    // translated

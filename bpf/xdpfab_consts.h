@@ -13,9 +13,12 @@
 #define XDPFAB_HF_CQ_DATA 0x01 /* cq_data carries remote CQ data */
 
 /* Per-CPU counters (index into xdpfab_stats). Every frame the program sees
- * counts once in RX and exactly once in one of the outcome counters, so
+ * counts exactly once in one of the outcome counters, so
  * rx == translated + unknown + drop_policy + malformed + pass +
- * redirect_fail + csum_error + not_local + wrong_queue.
+ * redirect_fail + csum_error + not_local + wrong_queue:
+ * the program leaves STAT_RX's element alone (one counter update per frame,
+ * not two) and user space reports that sum as RX (loader's Counters).
+ * Programs before that counted RX too; the sum counts their frames alike.
  *
  * The enums are Go's too: bpf2go -type makes bpf.Counter and bpf.Policy of
  * them from the object's BTF, naming each constant after its type and

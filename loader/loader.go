@@ -347,7 +347,10 @@ func (d *Objects) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error) {
 }
 
 // eachCounter visits every (ifindex, counter) summed over CPUs, reading
-// the per-CPU array in batches.
+// the per-CPU array in batches. Every frame counts in exactly one counter
+// but RX, which the program leaves alone (bpf/xdpfab_consts.h): each other
+// counter is visited a second time as RX, so that callers adding the
+// values up get RX as their sum.
 func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) error {
 	if err := d.stats("read counters"); err != nil {
 		return err
@@ -367,7 +370,12 @@ func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) err
 			for _, v := range vals[i*ncpu : (i+1)*ncpu] {
 				sum += v
 			}
-			fn(int(keys[i])/int(bpf.NumCounters), bpf.Counter(keys[i]%uint32(bpf.NumCounters)), sum)
+			row, c := int(keys[i])/int(bpf.NumCounters), bpf.Counter(keys[i]%uint32(bpf.NumCounters))
+			if c == bpf.CounterRX {
+				continue // the program does not count it: the sum below is RX
+			}
+			fn(row, c, sum)
+			fn(row, bpf.CounterRX, sum)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
