@@ -15,6 +15,7 @@ import (
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/internal/avtab"
+	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
@@ -157,10 +158,10 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.P
 		local = probe6
 	}
 	key := bpf.EPKey{Local: bpf.MakeAddr(local)}
-	if err := dp.EP.Put(key, bpf.EPVal{EpId: 0xfffe, AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
+	if err := xdptest.PutEndpoint(dp, key, bpf.EPVal{EpId: 0xfffe, AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
 		return err
 	}
-	defer dp.EP.Delete(key)
+	defer xdptest.DeleteEndpoint(dp, key)
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	tmpl := wire.Frame{Src: addrs[0], Dst: local, Hdr: wire.Hdr{Op: wire.OpMsg}, Payload: make([]byte, 64)}
 	base := wire.Build(tmpl)

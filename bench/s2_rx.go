@@ -24,6 +24,7 @@ import (
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/stack"
 	"github.com/xdpfab/xdpfab/wire"
@@ -398,7 +399,7 @@ func openAsavie(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, peer 
 		return nil, a, err
 	}
 	key := bpf.EPKey{Local: bpf.MakeAddr(local)}
-	if err := dp.EP.Put(key, bpf.EPVal{EpId: 0xfff0, AvId: a.ID(), XskBase: slot, RxCtxs: 1, Queues: 1}); err != nil {
+	if err := xdptest.PutEndpoint(dp, key, bpf.EPVal{EpId: 0xfff0, AvId: a.ID(), XskBase: slot, RxCtxs: 1, Queues: 1}); err != nil {
 		return nil, a, err
 	}
 	return x, a, nil
@@ -643,7 +644,7 @@ func runAsavie(r *results, cfg *config, measure func(rxCase, string, rxLoop, gen
 		return err
 	}
 	defer func() {
-		dp.EP.Delete(bpf.EPKey{Local: bpf.MakeAddr(local)})
+		xdptest.DeleteEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(local)})
 		dp.XSKs.Delete(uint32(100))
 		x.xsk.Close()
 	}()

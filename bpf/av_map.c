@@ -32,6 +32,7 @@ const enum counter *xdpfab_btf_counter __attribute__((unused)) SEC(".xdpfab.btf"
  * pointers, which clang would describe as forward declarations the loader
  * cannot size, and the structs only Go uses (bpf2go -type). */
 struct xdpfab_btf_types {
+	struct ep_slot ep_slot;
 	struct av_table table;
 	struct av_page page;
 	struct av_hdr hdr;
@@ -262,23 +263,51 @@ int xdpfab_rx(struct xdp_md *ctx)
 	if (cbase >= XDPFAB_IFINDEX_SLOTS)
 		cbase = 0;
 	cbase *= STAT_MAX;
-	count(STAT_RX, 0);
+	/* STAT_RX is not counted here: every frame counts in exactly one
+	 * outcome counter (its return), and user space reports their sum as
+	 * RX (loader's Counters), which saves a counter update per frame. */
 
 	/* 1. A UDP datagram (Ethernet, VLAN tags, IPv4 or IPv6) with its
 	 * destination, or not ours. */
 	if (!parse_udp(&pkt, data, end))
 		return count(STAT_PASS, XDP_PASS);
 
-	/* 2. To a local endpoint: its address, else the family's wildcard. */
-	ek.local = pkt.dst;
-	ep = bpf_map_lookup_elem(&xdpfab_ep, &ek);
+	/* 2. To a local endpoint: its address, else the family's wildcard.
+	 * First the endpoint index (the port's only endpoint, two array
+	 * lookups), which must hold the datagram's port and family and its
+	 * address or the wildcard; else the hash, as the index says nothing
+	 * (no endpoint, several on the port, or not there yet). */
 	int wild = 0;
+	ep = NULL;
+	__u32 port = bpf_ntohs(pkt.dst.port);
+	__u64 *pe = bpf_map_lookup_elem(&xdpfab_epport, &port);
+	if (pe) {
+		__u32 si = *(volatile __u64 *)pe - 1; /* 0 (no entry) wraps to a miss */
+		struct ep_slot *es = bpf_map_lookup_elem(&xdpfab_epslot, &si);
+		if (es && es->local.port == pkt.dst.port && es->local.family == pkt.dst.family) {
+			__u64 a0, a1, d0, d1;
+			__builtin_memcpy(&a0, &es->local.addr[0], 8);
+			__builtin_memcpy(&a1, &es->local.addr[8], 8);
+			__builtin_memcpy(&d0, &pkt.dst.addr[0], 8);
+			__builtin_memcpy(&d1, &pkt.dst.addr[8], 8);
+			if (!(a0 | a1)) {
+				ep = &es->val;
+				wild = 1;
+			} else if (a0 == d0 && a1 == d1) {
+				ep = &es->val;
+			}
+		}
+	}
 	if (!ep) {
-		__builtin_memset(ek.local.addr, 0, sizeof(ek.local.addr));
+		ek.local = pkt.dst;
 		ep = bpf_map_lookup_elem(&xdpfab_ep, &ek);
-		if (!ep)
-			return count(STAT_PASS, XDP_PASS);
-		wild = 1;
+		if (!ep) {
+			__builtin_memset(ek.local.addr, 0, sizeof(ek.local.addr));
+			ep = bpf_map_lookup_elem(&xdpfab_ep, &ek);
+			if (!ep)
+				return count(STAT_PASS, XDP_PASS);
+			wild = 1;
+		}
 	}
 
 	/* 3. Only to a unicast address, and for a wildcard endpoint one of the

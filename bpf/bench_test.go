@@ -55,7 +55,7 @@ func BenchmarkXDP(b *testing.B) {
 			b.Fatal(got, err)
 		}
 		local := netip.MustParseAddrPort("198.19.0.1:7000")
-		if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
+		if err := putEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{AvId: a.ID(), RxCtxs: 1, Queues: 1}); err != nil {
 			b.Fatal(err)
 		}
 		frames := make([][]byte, 256)
@@ -124,7 +124,7 @@ func BenchmarkXDPChecks(b *testing.B) {
 	src4, src6 := netip.MustParseAddrPort("198.18.1.1:5000"), netip.MustParseAddrPort("[2001:2:1::1]:5000")
 	dst4, dst6 := netip.MustParseAddrPort("198.19.0.1:7000"), netip.MustParseAddrPort("[2001:2:ff::1]:7000")
 	for i, dst := range []netip.AddrPort{dst4, dst6} {
-		if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(dst)}, bpf.EPVal{EpId: uint32(i + 1), AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
+		if err := putEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(dst)}, bpf.EPVal{EpId: uint32(i + 1), AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -198,4 +198,12 @@ func benchRun(b *testing.B, prog *ebpf.Program, f []byte) {
 		runs++
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(runs*repeat), "ns/pkt")
+}
+
+// putEndpoint binds an endpoint through the endpoint index, as ep does
+// (loader.Objects.PutEndpoint under the dataplane lock).
+func putEndpoint(dp *loader.Objects, k bpf.EPKey, v bpf.EPVal) error {
+	unlock := dp.Lock()
+	defer unlock()
+	return dp.PutEndpoint(k, v, ebpf.UpdateAny)
 }

@@ -35,6 +35,9 @@ type (
 	EPKey = kernEpKey
 	// EPVal is struct ep_val, the endpoint table's value.
 	EPVal = kernEpVal
+	// EPSlot is struct ep_slot, an entry of the endpoint index
+	// (xdpfab_epslot; loader/epindex.go).
+	EPSlot = kernEpSlot
 	// ProcID is struct proc_id: a process by pid and start time.
 	ProcID = kernProcId
 	// PoolVal is struct pool_val: AV capacity a process holds in reserve.
@@ -138,7 +141,9 @@ const IfindexSlots = 1024
 // below; counter_string.go is stringer's).
 type Counter = kernCounter
 
-// Counters. Every frame counts in CounterRX and in exactly one other.
+// Counters. Every frame counts in exactly one counter but CounterRX, and
+// CounterRX is their sum: the XDP program does not count it, the loader's
+// counter readers (loader.Objects.Counters) add it up.
 const (
 	CounterRX           Counter = kernCounterSTAT_RX            // rx
 	CounterTranslated   Counter = kernCounterSTAT_TRANSLATED    // translated
@@ -170,6 +175,16 @@ const (
 	// of multi-buffer frames (xdpfab_parse.h): neither pinned nor kept by
 	// the loader, whose program holds it.
 	MapScratch = kernMapXdpfabScratch
+	MapEPPort  = kernMapXdpfabEpport
+	MapEPSlot  = kernMapXdpfabEpslot
+)
+
+// EPSlot.State values (XDPFAB_EPS_*): a free slot, one linked from its
+// port's xdpfab_epport entry, one unlinked and waiting for a grace period.
+const (
+	EPSFree    = 0
+	EPSUsed    = 1
+	EPSRetired = 2
 )
 
 // LoadSpec returns the collection spec of the embedded, precompiled object.

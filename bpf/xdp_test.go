@@ -63,7 +63,7 @@ func fixture(t *testing.T) *loader.Objects {
 		epNoXSK: {EpId: 7, AvId: 1, RxCtxs: 1, Queues: 1, XskBase: 9},
 	}
 	for k, v := range eps {
-		if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(k)}, v); err != nil {
+		if err := xdptest.PutEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(k)}, v); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,7 +294,7 @@ func TestXDPLiveFrameMetadata(t *testing.T) {
 	x := xdptest.BindXSK(t, dp, bed.A, 0, 0)
 	local := netip.AddrPortFrom(bed.A.IPv4, 7000)
 	peer := netip.AddrPortFrom(bed.B.IPv4, 5000)
-	if err := dp.EP.Put(bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
+	if err := xdptest.PutEndpoint(dp, bpf.EPKey{Local: bpf.MakeAddr(local)}, bpf.EPVal{EpId: 1, AvId: 1, RxCtxs: 1, Queues: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := avtab.Put(dp, 1, bpf.MakeAddr(peer), bpf.AVVal{FiAddr: 42, UserId: 4242, Flags: bpf.AVFUserID}); err != nil {

@@ -111,6 +111,13 @@ type kernEpKey struct {
 	Local kernUdpAddr
 }
 
+type kernEpSlot struct {
+	_     structs.HostLayout
+	Local kernUdpAddr
+	State uint32
+	Val   kernEpVal
+}
+
 type kernEpVal struct {
 	_          structs.HostLayout
 	EpId       uint32
@@ -171,6 +178,8 @@ const (
 	kernMapXdpfabAvpool  = "xdpfab_avpool"
 	kernMapXdpfabAvtab   = "xdpfab_avtab"
 	kernMapXdpfabEp      = "xdpfab_ep"
+	kernMapXdpfabEpport  = "xdpfab_epport"
+	kernMapXdpfabEpslot  = "xdpfab_epslot"
 	kernMapXdpfabLocal   = "xdpfab_local"
 	kernMapXdpfabScratch = "xdpfab_scratch"
 	kernMapXdpfabStats   = "xdpfab_stats"
@@ -232,6 +241,8 @@ type kernMapSpecs struct {
 	XdpfabAvpool  *ebpf.MapSpec `ebpf:"xdpfab_avpool"`
 	XdpfabAvtab   *ebpf.MapSpec `ebpf:"xdpfab_avtab"`
 	XdpfabEp      *ebpf.MapSpec `ebpf:"xdpfab_ep"`
+	XdpfabEpport  *ebpf.MapSpec `ebpf:"xdpfab_epport"`
+	XdpfabEpslot  *ebpf.MapSpec `ebpf:"xdpfab_epslot"`
 	XdpfabLocal   *ebpf.MapSpec `ebpf:"xdpfab_local"`
 	XdpfabScratch *ebpf.MapSpec `ebpf:"xdpfab_scratch"`
 	XdpfabStats   *ebpf.MapSpec `ebpf:"xdpfab_stats"`
@@ -269,6 +280,8 @@ type kernMaps struct {
 	XdpfabAvpool  *ebpf.Map `ebpf:"xdpfab_avpool"`
 	XdpfabAvtab   *ebpf.Map `ebpf:"xdpfab_avtab"`
 	XdpfabEp      *ebpf.Map `ebpf:"xdpfab_ep"`
+	XdpfabEpport  *ebpf.Map `ebpf:"xdpfab_epport"`
+	XdpfabEpslot  *ebpf.Map `ebpf:"xdpfab_epslot"`
 	XdpfabLocal   *ebpf.Map `ebpf:"xdpfab_local"`
 	XdpfabScratch *ebpf.Map `ebpf:"xdpfab_scratch"`
 	XdpfabStats   *ebpf.Map `ebpf:"xdpfab_stats"`
@@ -282,6 +295,8 @@ func (m *kernMaps) Close() error {
 		m.XdpfabAvpool,
 		m.XdpfabAvtab,
 		m.XdpfabEp,
+		m.XdpfabEpport,
+		m.XdpfabEpslot,
 		m.XdpfabLocal,
 		m.XdpfabScratch,
 		m.XdpfabStats,

@@ -13,9 +13,12 @@
 #define XDPFAB_HF_CQ_DATA 0x01 /* cq_data carries remote CQ data */
 
 /* Per-CPU counters (index into xdpfab_stats). Every frame the program sees
- * counts once in RX and exactly once in one of the outcome counters, so
+ * counts exactly once in one of the outcome counters, so
  * rx == translated + unknown + drop_policy + malformed + pass +
- * redirect_fail + csum_error + not_local + wrong_queue.
+ * redirect_fail + csum_error + not_local + wrong_queue:
+ * the program leaves STAT_RX's element alone (one counter update per frame,
+ * not two) and user space reports that sum as RX (loader's Counters).
+ * Programs before that counted RX too; the sum counts their frames alike.
  *
  * The enums are Go's too: bpf2go -type makes bpf.Counter and bpf.Policy of
  * them from the object's BTF, naming each constant after its type and
@@ -66,6 +69,13 @@ enum policy {
  * is part of the frame because AF_XDP's copy mode copies only the metadata
  * and the frame: nothing in front of the metadata reaches the socket. */
 #define XDPFAB_EPF_STAMP 0x01
+
+/* struct ep_slot's state (user space's bookkeeping; XDP never reads it):
+ * free (its key cleared), linked from its port's xdpfab_epport entry, or
+ * retired (unlinked, its contents kept until a grace period has passed). */
+#define XDPFAB_EPS_FREE 0
+#define XDPFAB_EPS_USED 1
+#define XDPFAB_EPS_RETIRED 2
 #define XDPFAB_STAMP_LEN 8
 
 /* av_slot.flags / av_val.flags */

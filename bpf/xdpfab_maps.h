@@ -70,6 +70,36 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xdpfab_ep SEC(".maps");
 
+/* The endpoint index: the fast path in front of xdpfab_ep. xdpfab_epport,
+ * indexed by local UDP port (host order), holds 1 + the xdpfab_epslot
+ * element that holds the port's only endpoint, or 0: no entry (no endpoint,
+ * or several: addresses, families, an address and the wildcard), XDP then
+ * looks in xdpfab_ep. XDP checks the slot's key against the datagram, so a
+ * stale or missing entry costs the hash lookup, never a wrong endpoint.
+ * User space writes both through memory mappings, under the dataplane
+ * lock (loader/epindex.go): a slot only while no port entry points to it,
+ * then the port entry with one aligned 64-bit store (a __u64: array
+ * elements are 8 bytes apart whatever the value size); a slot a port entry
+ * stopped pointing to is reused only after a grace period. The loader sizes
+ * xdpfab_epslot to twice the endpoints. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xdpfab_epport SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 2048);
+	__type(key, __u32);
+	__type(value, struct ep_slot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xdpfab_epslot SEC(".maps");
+
 /* The host's local unicast addresses (key: the address with port 0),
  * which a wildcard endpoint (bound to 0.0.0.0 or ::) receives on: user
  * space keeps it in step with the kernel's addresses (ep's local-address

@@ -128,6 +128,16 @@ struct ep_val {
 	__u64 owner_start;
 };
 
+/* The endpoint index's entry (xdpfab_epslot, xdpfab_maps.h): one
+ * endpoint's key and value, copied from xdpfab_ep for a port that has
+ * exactly one endpoint, so that XDP finds it with two array lookups
+ * instead of hashing the 24-byte key (loader/epindex.go writes it). */
+struct ep_slot {
+	struct udp_addr local; /* the endpoint's key; family 0: matches nothing */
+	__u32 state;           /* XDPFAB_EPS_*; user space's, XDP ignores it */
+	struct ep_val val;
+};
+
 /* Auth key table key: (AV, handle). */
 struct rev_key {
 	__u32 av_id;
@@ -209,6 +219,7 @@ struct wire_hdr {
 #define XDPFAB_AT(s, f, off) _Static_assert(__builtin_offsetof(struct s, f) == (off), #s "." #f)
 /* The policy enum is packed to the byte the field always had. */
 _Static_assert(sizeof(struct ep_val) == 40, "ep_val size");
+_Static_assert(sizeof(struct ep_slot) == 64, "ep_slot size");
 XDPFAB_AT(ep_val, policy, 16);
 _Static_assert(sizeof(struct av_slot) == 32, "av_slot size");
 _Static_assert(sizeof(struct av_aux) == 16, "av_aux size");

@@ -379,7 +379,7 @@ func (e *Endpoint) register() error {
 	}
 	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues), FirstQueue: uint16(e.dev.first),
 		Policy: policy, AuthKey: e.authKey, OwnerPid: owner.PID, OwnerStart: owner.Start}
-	if err := e.dp.EP.Update(e.key, val, ebpf.UpdateNoExist); err != nil {
+	if err := e.dp.PutEndpoint(e.key, val, ebpf.UpdateNoExist); err != nil {
 		e.clearSlots(base, n)
 		if e.unwatch != nil {
 			e.unwatch()
@@ -531,7 +531,7 @@ func (e *Endpoint) deregister() error {
 	unlock := e.dp.Lock()
 	defer unlock()
 	var err error
-	if derr := e.dp.EP.Delete(e.key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+	if derr := e.dp.DeleteEndpoint(e.key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 		err = fmt.Errorf("endpoint table: %w", derr)
 	}
 	e.clearSlots(e.xskBase, uint32(len(e.rx)*e.queues))

@@ -45,7 +45,7 @@ func ReclaimDead(objs *loader.Objects, alive func(pid uint32, start uint64) bool
 	var out []Reclaimed
 	for i, k := range dead {
 		v := vals[i]
-		if err := objs.EP.Delete(k); err != nil {
+		if err := objs.DeleteEndpoint(k); err != nil {
 			continue // gone meanwhile
 		}
 		for s := range uint32(v.RxCtxs) * uint32(v.Queues) {

@@ -84,7 +84,7 @@ func (e *Endpoint) SetTrace(t *Trace) error {
 	} else {
 		v.Flags &^= bpf.EPFStamp
 	}
-	if err := e.dp.EP.Update(e.key, v, ebpf.UpdateExist); err != nil {
+	if err := e.dp.PutEndpoint(e.key, v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("ep trace: endpoint table: %w", err)
 	}
 	e.trace = t

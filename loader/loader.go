@@ -60,6 +60,10 @@ type Objects struct {
 	// Local holds the host's unicast addresses, which wildcard endpoints
 	// receive on (local.go); only writers open it.
 	Local *ebpf.Map
+	// EPPort and EPSlot are the endpoint index, XDP's fast path in front
+	// of EP (epindex.go); only writers open them, and write EP through
+	// PutEndpoint and DeleteEndpoint.
+	EPPort, EPSlot *ebpf.Map
 
 	cfg    Config
 	pinned bool
@@ -81,6 +85,7 @@ type Objects struct {
 	// nil for read-only dataplanes, which create none.
 	avTabInner *ebpf.MapSpec
 	self       procid.ID // this process, for its xdpfab_avpool record
+	epIdx      *epIndex  // the endpoint index, mapped (under Lock)
 }
 
 // loaded is the guard of the methods with an error result: a nil
@@ -130,6 +135,7 @@ func Load(cfg Config) (*Objects, error) {
 	specs.XdpfabAvmeta.MaxEntries = cfg.MaxAVs
 	specs.XdpfabAuthkey.MaxEntries = cfg.MaxEndpoints
 	specs.XdpfabEp.MaxEntries = cfg.MaxEndpoints
+	specs.XdpfabEpslot.MaxEntries = 2 * cfg.MaxEndpoints
 	specs.XdpfabXsks.MaxEntries = cfg.XSKSlots
 
 	// The maps are pinned by name in C (xdpfab_maps.h): under the pin
@@ -178,6 +184,7 @@ func Load(cfg Config) (*Objects, error) {
 	d.AVTab, d.AVMeta, d.AuthKey = objs.XdpfabAvtab, objs.XdpfabAvmeta, objs.XdpfabAuthkey
 	d.EP, d.XSKs, d.Stats, d.AVPool = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats, objs.XdpfabAvpool
 	d.Local = objs.XdpfabLocal
+	d.EPPort, d.EPSlot = objs.XdpfabEpport, objs.XdpfabEpslot
 	// The checksum's scratch buffer is the program's alone: it holds
 	// the map.
 	objs.XdpfabScratch.Close()
@@ -242,8 +249,8 @@ func (d *Objects) Close() error {
 		d.returnPool(d.pool)
 		unlock()
 	}
-	var errs []error
-	for _, c := range []interface{ Close() error }{d.Program, d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
+	errs := []error{d.unmapEPIndex()}
+	for _, c := range []interface{ Close() error }{d.Program, d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local, d.EPPort, d.EPSlot} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -273,7 +280,7 @@ func (d *Objects) Unpin() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local} {
+	for _, m := range []*ebpf.Map{d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local, d.EPPort, d.EPSlot} {
 		if m == nil {
 			continue
 		}
@@ -343,7 +350,10 @@ func (d *Objects) CountersByIfindex() (map[int][bpf.NumCounters]uint64, error) {
 }
 
 // eachCounter visits every (ifindex, counter) summed over CPUs, reading
-// the per-CPU array in batches.
+// the per-CPU array in batches. Every frame counts in exactly one counter
+// but RX, which the program leaves alone (bpf/xdpfab_consts.h): each other
+// counter is visited a second time as RX, so that callers adding the
+// values up get RX as their sum.
 func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) error {
 	if err := d.stats("read counters"); err != nil {
 		return err
@@ -363,7 +373,12 @@ func (d *Objects) eachCounter(fn func(ifindex int, c bpf.Counter, v uint64)) err
 			for _, v := range vals[i*ncpu : (i+1)*ncpu] {
 				sum += v
 			}
-			fn(int(keys[i])/int(bpf.NumCounters), bpf.Counter(keys[i]%uint32(bpf.NumCounters)), sum)
+			row, c := int(keys[i])/int(bpf.NumCounters), bpf.Counter(keys[i]%uint32(bpf.NumCounters))
+			if c == bpf.CounterRX {
+				continue // the program does not count it: the sum below is RX
+			}
+			fn(row, c, sum)
+			fn(row, bpf.CounterRX, sum)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil

@@ -170,7 +170,7 @@ func TestLoadPinsEveryMap(t *testing.T) {
 	dp := load(t, root)
 	t.Cleanup(func() { loader.UnmountBPFFS(root) })
 	held := map[string]bool{}
-	for _, m := range []*ebpf.Map{dp.AVTab, dp.AVMeta, dp.AuthKey, dp.EP, dp.XSKs, dp.Stats, dp.AVPool, dp.Local} {
+	for _, m := range []*ebpf.Map{dp.AVTab, dp.AVMeta, dp.AuthKey, dp.EP, dp.XSKs, dp.Stats, dp.AVPool, dp.Local, dp.EPPort, dp.EPSlot} {
 		info, err := m.Info()
 		if err != nil {
 			t.Fatal(err)

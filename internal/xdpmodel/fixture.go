@@ -97,11 +97,14 @@ var FixtureSlots = []uint32{0, 1, 2, 4, 5, 6, 7}
 // maps (the XSKMAP needs real sockets: the caller puts them in t.XSKs's
 // slots).
 func (t *Tables) Install(dp *loader.Objects) error {
+	unlock := dp.Lock()
 	for k, v := range t.EPs {
-		if err := dp.EP.Update(k, v, ebpf.UpdateAny); err != nil {
+		if err := dp.PutEndpoint(k, v, ebpf.UpdateAny); err != nil {
+			unlock()
 			return fmt.Errorf("endpoint %v: %w", k.Local.AddrPort(), err)
 		}
 	}
+	unlock()
 	for k, v := range t.AV {
 		if err := avtab.Put(dp, k.AvId, k.Src, v); err != nil {
 			return fmt.Errorf("AV entry %v: %w", k.Src.AddrPort(), err)

@@ -75,8 +75,8 @@ type Tables struct {
 type Result struct {
 	// Action is Drop, Pass or Redirect.
 	Action uint32
-	// Counter is the outcome counter the frame counts in (besides
-	// bpf.CounterRX), in row Row.
+	// Counter is the outcome counter the frame counts in, in row Row
+	// (bpf.CounterRX, the sum of the outcomes, counts it too).
 	Counter bpf.Counter
 	// Row is the counter row: the ingress ifindex, or 0 for one at or
 	// above bpf.IfindexSlots.

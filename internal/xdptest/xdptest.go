@@ -67,10 +67,10 @@ func Translate(dp *loader.Objects, avID uint32, src netip.AddrPort) (m wire.Meta
 		local = ProbeLocal6
 	}
 	key := bpf.EPKey{Local: bpf.MakeAddr(local)}
-	if err := dp.EP.Put(key, bpf.EPVal{EpId: 0xfffe, AvId: avID, RxCtxs: 1, Queues: 1}); err != nil {
+	if err := PutEndpoint(dp, key, bpf.EPVal{EpId: 0xfffe, AvId: avID, RxCtxs: 1, Queues: 1}); err != nil {
 		return m, false, fmt.Errorf("install probe endpoint: %w", err)
 	}
-	defer dp.EP.Delete(key)
+	defer DeleteEndpoint(dp, key)
 	r, err := Run(dp, wire.Build(wire.Frame{Src: src, Dst: local, Hdr: wire.Hdr{Op: wire.OpMsg}}))
 	if err != nil {
 		return m, false, err
@@ -79,4 +79,19 @@ func Translate(dp *loader.Objects, avID uint32, src netip.AddrPort) (m wire.Meta
 		return m, false, fmt.Errorf("program wrote no metadata (verdict %d)", r.Verdict)
 	}
 	return r.Meta, r.Meta.Flags&wire.MetaKnown != 0, nil
+}
+
+// PutEndpoint puts endpoint k into dp's endpoint table and index
+// (loader.Objects.PutEndpoint under the dataplane lock).
+func PutEndpoint(dp *loader.Objects, k bpf.EPKey, v bpf.EPVal) error {
+	unlock := dp.Lock()
+	defer unlock()
+	return dp.PutEndpoint(k, v, ebpf.UpdateAny)
+}
+
+// DeleteEndpoint removes endpoint k from dp's endpoint table and index.
+func DeleteEndpoint(dp *loader.Objects, k bpf.EPKey) error {
+	unlock := dp.Lock()
+	defer unlock()
+	return dp.DeleteEndpoint(k)
 }
