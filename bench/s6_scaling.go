@@ -89,7 +89,7 @@ func runScaling(r *results, cfg *config) error {
 		for len(srcs)&(len(srcs)-1) != 0 {
 			srcs = append(srcs, srcs[len(srcs)%sr.senders])
 		}
-		table := rewriteTable(base, srcs)
+		table := rewriteTable(base, srcs, false)
 		for i := range table {
 			table[i].RxCtx = uint8(i % sr.contexts)
 		}

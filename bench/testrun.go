@@ -86,7 +86,7 @@ func testRunOnce(prog *ebpf.Program, data []byte, repeat uint32, live bool, ifin
 // program of the cost measurements, and the XDP_DROP ceiling).
 func retProgram(verdict int32) (*ebpf.Program, error) {
 	return ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "bench_ret", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL",
+		Name: "bench_ret", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL", Flags: unix.BPF_F_XDP_HAS_FRAGS,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, verdict), asm.Return()},
 	})
 }
@@ -171,8 +171,10 @@ type rewriteEntry struct {
 }
 
 // rewriteTable builds the table for sources (one address family), all with
-// rx context 0, for frames shaped like base.
-func rewriteTable(base []byte, sources []netip.AddrPort) []rewriteEntry {
+// rx context 0, for frames shaped like base. partial: base's UDP checksum
+// field holds the pseudo-header sum a CHECKSUM_PARTIAL sender leaves
+// (wire.Frame.PartialUDPCsum), not a full checksum.
+func rewriteTable(base []byte, sources []netip.AddrPort, partial bool) []rewriteEntry {
 	t := make([]rewriteEntry, len(sources))
 	for i, s := range sources {
 		e := &t[i]
@@ -188,14 +190,16 @@ func rewriteTable(base []byte, sources []netip.AddrPort) []rewriteEntry {
 		} else {
 			e.Addr = a.As16()
 		}
-		e.UCsum = udpCsumFor(base, s)
+		e.UCsum = udpCsumFor(base, s, partial)
 	}
 	return t
 }
 
 // udpCsumFor is base's UDP checksum with the source address and port
-// replaced by src (RFC 1624 incremental update; 0, "none", stays 0).
-func udpCsumFor(base []byte, src netip.AddrPort) [2]byte {
+// replaced by src (RFC 1624 incremental update; 0, "none", stays 0). A
+// partial field (the pseudo header's sum, not complemented, which holds no
+// port) changes with the address only.
+func udpCsumFor(base []byte, src netip.AddrPort, partial bool) [2]byte {
 	v4 := base[12] == 0x08 && base[13] == 0x00
 	addrOff, addrLen, udp := 14+12, 4, 34
 	if !v4 {
@@ -208,15 +212,23 @@ func udpCsumFor(base []byte, src netip.AddrPort) [2]byte {
 	}
 	newAddr := src.Addr().Unmap().AsSlice()
 	sum := uint32(^old)
+	if partial {
+		sum = uint32(old)
+	}
 	for i := 0; i < addrLen; i += 2 {
 		sum += uint32(^binary.BigEndian.Uint16(base[addrOff+i:])) + uint32(binary.BigEndian.Uint16(newAddr[i:]))
 	}
-	sum += uint32(^binary.BigEndian.Uint16(base[udp:])) + uint32(src.Port())
+	if !partial {
+		sum += uint32(^binary.BigEndian.Uint16(base[udp:])) + uint32(src.Port())
+	}
 	for sum>>16 != 0 {
 		sum = sum&0xffff + sum>>16
 	}
 	c := ^uint16(sum)
-	if c == 0 {
+	switch {
+	case partial:
+		c = uint16(sum)
+	case c == 0:
 		c = 0xffff
 	}
 	binary.BigEndian.PutUint16(out[:], c)
@@ -312,7 +324,10 @@ func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter
 		insns = append(insns, asm.Mov.Imm(asm.R0, xdpPass), asm.Return())
 	}
 	insns = append(insns, asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("drop"), asm.Return())
-	if r.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_rewrite", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL", Instructions: insns}); err != nil {
+	// Multi-buffer aware (BPF_F_XDP_HAS_FRAGS), like the programs it
+	// tail-calls: the kernel refuses a tail call between the two kinds.
+	if r.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_rewrite", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL",
+		Flags: unix.BPF_F_XDP_HAS_FRAGS, Instructions: insns}); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("rewriter program: %w", err)
 	}
