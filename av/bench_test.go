@@ -5,6 +5,7 @@ package av_test
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
@@ -136,6 +137,97 @@ func BenchmarkLookup(b *testing.B) {
 		buf := make([]byte, 28)
 		for i := 0; b.Loop(); i++ {
 			if _, err := a.Lookup(idx[i&(len(idx)-1)], buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// s4Addr is bench/s1_xdp.go's avAddr (IPv4): the addresses section 4 of
+// docs/BENCHMARKS.md inserts.
+func s4Addr(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)}), uint16(1024+i>>17))
+}
+
+// BenchmarkSection4 repeats the cases of docs/BENCHMARKS.md section 4
+// (bench/s4_av.go) in process, for profiles: a fresh AV per round, filled
+// with n addresses in calls of batch and emptied in calls of batch (one
+// round per iteration; ns/address is the insert time, rm-ns/address the
+// remove time), and Lookup of a random fi_addr (the bench's LCG) in an AV
+// of 1,000,000 addresses.
+func BenchmarkSection4(b *testing.B) {
+	const bulk = 1_000_000
+	dp := newDP(b, 1<<20)
+	for _, bc := range []struct {
+		name     string
+		n, batch int
+	}{{"single", 16384, 1}, {"batch1024", 16384, 1024}, {"bulk", bulk, 1024}} {
+		b.Run(bc.name, func(b *testing.B) {
+			addrs := make([]netip.AddrPort, bc.n)
+			for i := range addrs {
+				addrs[i] = s4Addr(i)
+			}
+			ids := make([]fi.Addr, bc.n)
+			var ins, rem time.Duration
+			rounds := 0
+			for b.Loop() {
+				b.StopTimer()
+				a, err := av.Open(dp, &av.Attr{Count: bc.n})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				for i := 0; i < bc.n; i += bc.batch {
+					k := min(bc.batch, bc.n-i)
+					if got, err := a.Insert(addrs[i:i+k], ids[i:i+k], 0, nil); err != nil || got != k {
+						b.Fatal(got, err)
+					}
+				}
+				t1 := time.Now()
+				for i := 0; i < bc.n; i += bc.batch {
+					if err := a.Remove(ids[i:min(i+bc.batch, bc.n)], 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+				t2 := time.Now()
+				b.StopTimer()
+				ins += t1.Sub(t0)
+				rem += t2.Sub(t1)
+				rounds++
+				if err := a.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(ins.Nanoseconds())/float64(rounds*bc.n), "ns/address")
+			b.ReportMetric(float64(rem.Nanoseconds())/float64(rounds*bc.n), "rm-ns/address")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+	b.Run("lookup1M", func(b *testing.B) {
+		a := openAV(b, dp, av.Attr{Count: bulk})
+		addrs := make([]netip.AddrPort, bulk)
+		for i := range addrs {
+			addrs[i] = s4Addr(i)
+		}
+		ids := make([]fi.Addr, bulk)
+		for i := 0; i < bulk; i += 1024 {
+			k := min(1024, bulk-i)
+			if _, err := a.Insert(addrs[i:i+k], ids[i:i+k], 0, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		order := make([]fi.Addr, 1<<20)
+		x := uint32(12345)
+		for i := range order {
+			x = x*1103515245 + 12345
+			order[i] = ids[(x>>8)%bulk]
+		}
+		buf := make([]byte, 28)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := a.Lookup(order[i&(len(order)-1)], buf); err != nil {
 				b.Fatal(err)
 			}
 		}
