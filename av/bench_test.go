@@ -4,6 +4,7 @@ package av_test
 
 import (
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -224,12 +225,51 @@ func BenchmarkSection4(b *testing.B) {
 			x = x*1103515245 + 12345
 			order[i] = ids[(x>>8)%bulk]
 		}
+		// As bench/s4_av.go: one iteration looks up every fi_addr of
+		// order, into a sockaddr buffer.
 		buf := make([]byte, 28)
 		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			if _, err := a.Lookup(order[i&(len(order)-1)], buf); err != nil {
+		for b.Loop() {
+			for _, fa := range order {
+				if _, err := a.Lookup(fa, buf); err != nil {
+					b.Fatalf("lookup %d: %v", fa, err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(order)), "ns/lookup")
+		b.ReportMetric(0, "ns/op")
+	})
+	b.Run("lookup1Mreader", func(b *testing.B) {
+		a := openAV(b, dp, av.Attr{Count: bulk})
+		addrs := make([]netip.AddrPort, bulk)
+		for i := range addrs {
+			addrs[i] = s4Addr(i)
+		}
+		ids := make([]fi.Addr, bulk)
+		for i := 0; i < bulk; i += 1024 {
+			k := min(1024, bulk-i)
+			if _, err := a.Insert(addrs[i:i+k], ids[i:i+k], 0, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
+		order := make([]uint32, 1<<20)
+		x := uint32(12345)
+		for i := range order {
+			x = x*1103515245 + 12345
+			order[i] = uint32(ids[(x>>8)%bulk])
+		}
+		addrs, ids = nil, nil
+		runtime.GC()
+		buf := make([]byte, 28)
+		r := av.FastReader(a)
+		for b.Loop() {
+			for _, fa := range order {
+				if _, ok := r.Sockaddr(fa, buf); !ok {
+					b.Fatalf("lookup %d", fa)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(order)), "ns/lookup")
+		b.ReportMetric(0, "ns/op")
 	})
 }

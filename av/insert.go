@@ -335,7 +335,7 @@ func (a *AV) rebuild(capa uint32) error {
 			return err
 		}
 		old := a.tab
-		a.tab = nt
+		a.setTab(nt)
 		a.grown++
 		return old.Retire()
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -33,8 +34,9 @@ import (
 // take no lock: every read of a slot is a sequence-number read (ReadSlot),
 // which never returns one entry's key with another's value.
 //
-// The memory is not the Go heap's: an Table must not be used after
-// Close, which unmaps it.
+// The memory is not the Go heap's: a Table must not be used after Close,
+// which takes the table out of this process's memory. Lock-free readers
+// use a Reader instead, which stays safe to read after Close.
 type Table struct {
 	m     *ebpf.Map
 	mem   []byte
@@ -43,6 +45,34 @@ type Table struct {
 	hdr   *bpf.AVHdr
 	slots []bpf.AVSlot // 2 * nbuckets
 	aux   []bpf.AVAux  // cap
+	reg   *region      // the mapping's address range (nil for a copy)
+	rd    *Reader      // lock-free view of a mapping (nil for a copy)
+}
+
+// region is the address range a table is mapped at. It is given back
+// (munmap) only once no Table or Reader refers to it (runtime.AddCleanup):
+// Close replaces the table there by memory that reads as zeros, so that a
+// Reader still reading it never faults.
+type region struct {
+	addr unsafe.Pointer // not the Go heap's: it keeps nothing alive
+	size uintptr
+}
+
+func newRegion(addr unsafe.Pointer, size uintptr) *region {
+	r := &region{addr, size}
+	runtime.AddCleanup(r, func(r region) { _ = unix.MunmapPtr(r.addr, r.size) }, *r)
+	return r
+}
+
+// detach replaces the table's pages in the range by anonymous read-only
+// memory that reads as zeros, in one system call (mmap MAP_FIXED): a
+// reader on another thread sees the table or zeros, never a hole. The
+// process lets go of the map's memory now; the range itself goes with
+// the region.
+func (r *region) detach() error {
+	_, err := unix.MmapPtr(-1, 0, r.addr, r.size, unix.PROT_READ,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
+	return err
 }
 
 // Lines returns the geometry of a table for capacity indices
@@ -101,15 +131,18 @@ func mapTable(m *ebpf.Map, ro bool) (*Table, error) {
 	if !ro {
 		prot |= unix.PROT_WRITE
 	}
-	mem, err := unix.Mmap(m.FD(), 0, size, prot, unix.MAP_SHARED)
+	// MmapPtr, not Mmap: the range is given back by the region's
+	// cleanup (munmap of a pointer), not by unix.Munmap's bookkeeping.
+	addr, err := unix.MmapPtr(m.FD(), 0, nil, uintptr(size), prot, unix.MAP_SHARED)
 	if !ro && (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)) {
 		ro = true
-		mem, err = unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+		addr, err = unix.MmapPtr(m.FD(), 0, nil, uintptr(size), unix.PROT_READ, unix.MAP_SHARED)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("map AV table %v: %w", m, err)
 	}
-	t := &Table{m: m, mem: mem, ro: ro}
+	mem := unsafe.Slice((*byte)(addr), size)
+	t := &Table{m: m, mem: mem, ro: ro, reg: newRegion(addr, uintptr(size))}
 	t.hdr = (*bpf.AVHdr)(unsafe.Pointer(&mem[0]))
 	return t, nil
 }
@@ -126,22 +159,38 @@ func (t *Table) layout() error {
 	}
 	t.slots = unsafe.Slice((*bpf.AVSlot)(unsafe.Pointer(&t.mem[bpf.AVLine])), 2*int(nb))
 	t.aux = unsafe.Slice((*bpf.AVAux)(unsafe.Pointer(&t.mem[bpf.AVLine*(1+int(nb))])), int(capa))
+	if t.reg != nil {
+		t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, reg: t.reg}
+	}
 	return nil
 }
 
-// Close unmaps the table and closes this process's handle. The table
-// lives on while xdpfab_avtab or a pin holds it. Closing a nil table
-// returns nil.
+// Close takes the table out of this process's memory and closes this
+// process's handle. The table lives on while xdpfab_avtab or a pin holds
+// it. A mapped table's pages are replaced by zeros at once (a Reader
+// still reading them misses); its address range is given back once no
+// Reader refers to it. Closing a nil table returns nil.
 func (t *Table) Close() error {
 	if t == nil || t.m == nil {
 		return nil
 	}
 	var err error
-	if !t.copy {
-		err = unix.Munmap(t.mem)
+	if t.reg != nil {
+		if err = t.reg.detach(); err != nil {
+			err = fmt.Errorf("AV table %v: replace the mapping: %w", t.m, err)
+		}
 	}
-	t.mem, t.hdr, t.slots, t.aux = nil, nil, nil, nil
+	t.mem, t.hdr, t.slots, t.aux, t.reg, t.rd = nil, nil, nil, nil, nil, nil
 	return errors.Join(err, t.m.Close())
+}
+
+// Reader returns the table's lock-free reader, nil for a copy (Open) or a
+// closed table.
+func (t *Table) Reader() *Reader {
+	if t == nil {
+		return nil
+	}
+	return t.rd
 }
 
 // Map is the table's array map.
