@@ -51,9 +51,7 @@ func (r *Reader) Retired() bool {
 // idx. A slot holds an index only while the index is in use: an insert
 // writes the index's entry before the slot, a remove empties the slot
 // before it frees the index, a move fills the new slot before it empties
-// the old one. The common case is straight-line code (a short path lets
-// the CPU overlap the cache misses of consecutive lookups); a slot being
-// written is retried in readAgain.
+// the old one.
 func (r *Reader) read(idx uint32) (a0, a1 uint64, pf uint32, ok bool) {
 	if idx >= uint32(len(r.aux)) {
 		return 0, 0, 0, false
@@ -62,7 +60,11 @@ func (r *Reader) read(idx uint32) (a0, a1 uint64, pf uint32, ok bool) {
 	if pos >= uint32(len(r.slots)) {
 		return 0, 0, 0, false
 	}
-	p := &r.slots[pos]
+	return readSlot(&r.slots[pos], idx)
+}
+
+// readSlot reads slot p, ok when it was stable and holds idx.
+func readSlot(p *bpf.AVSlot, idx uint32) (a0, a1 uint64, pf uint32, ok bool) {
 	a := (*[2]uint64)(unsafe.Pointer(&p.Addr))
 	// Atomic loads: on arm64 (LDAR) they keep their order; on amd64
 	// they are plain moves that neither the compiler nor the CPU
@@ -124,7 +126,45 @@ func (r *Reader) Addr(idx uint32) (bpf.Addr, bool) {
 // sockaddr_in6, 28 bytes, as fi.EncodeSockaddr), truncated to len(buf), and
 // returns its full length; false when idx is not in use (or its slot kept
 // changing). Nothing past the address is written.
+//
+// The common case (a stable slot, a buffer that holds the address) is one
+// function of straight-line code: the fewer instructions a lookup takes,
+// the more lookups the CPU has in flight, and the more of their cache
+// misses overlap.
 func (r *Reader) Sockaddr(idx uint32, buf []byte) (int, bool) {
+	if aux, slots := r.aux, r.slots; idx < uint32(len(aux)) {
+		if h := atomic.LoadUint32(&aux[idx].Slot); h < uint32(len(slots)) {
+			p := &slots[h]
+			a := (*[2]uint64)(unsafe.Pointer(&p.Addr))
+			seq := atomic.LoadUint32(&p.Seq)
+			fa := atomic.LoadUint32(&p.FiAddr)
+			a0, a1 := atomic.LoadUint64(&a[0]), atomic.LoadUint64(&a[1])
+			pf := atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.Port)))
+			if seq&1 == 0 && atomic.LoadUint32(&p.Seq) == seq && fa == idx {
+				fam := pf >> 16 & 0xff
+				head := uint64(fam | pf<<16)
+				switch {
+				case fam == wire.AFInet && len(buf) >= 16:
+					binary.LittleEndian.PutUint64(buf[0:8], head|a0<<32)
+					binary.LittleEndian.PutUint64(buf[8:16], 0)
+					runtime.KeepAlive(r)
+					return 16, true
+				case fam == wire.AFInet6 && len(buf) >= 28:
+					binary.LittleEndian.PutUint64(buf[0:8], head)
+					binary.LittleEndian.PutUint64(buf[8:16], a0)
+					binary.LittleEndian.PutUint64(buf[16:24], a1)
+					binary.LittleEndian.PutUint32(buf[24:28], 0)
+					runtime.KeepAlive(r)
+					return 28, true
+				}
+			}
+		}
+	}
+	return r.sockaddr(idx, buf)
+}
+
+// sockaddr is Sockaddr's way for everything but the common case.
+func (r *Reader) sockaddr(idx uint32, buf []byte) (int, bool) {
 	a0, a1, pf, ok := r.read(idx)
 	runtime.KeepAlive(r)
 	if !ok {
@@ -136,32 +176,13 @@ func (r *Reader) Sockaddr(idx uint32, buf []byte) (int, bool) {
 	// order, then those two port bytes; then the address.
 	fam := pf >> 16 & 0xff
 	head := uint64(fam | pf<<16)
-	if fam == wire.AFInet {
-		if len(buf) >= 16 {
-			// sin_addr, then 8 bytes of sin_zero.
-			binary.LittleEndian.PutUint64(buf[0:8], head|a0<<32)
-			binary.LittleEndian.PutUint64(buf[8:16], 0)
-			return 16, true
-		}
-	} else if len(buf) >= 28 {
-		// sin6_flowinfo 0, sin6_addr, sin6_scope_id 0.
-		binary.LittleEndian.PutUint64(buf[0:8], head)
-		binary.LittleEndian.PutUint64(buf[8:16], a0)
-		binary.LittleEndian.PutUint64(buf[16:24], a1)
-		binary.LittleEndian.PutUint32(buf[24:28], 0)
-		return 28, true
-	}
-	return shortSockaddr(buf, head, a0, a1, fam)
-}
-
-// shortSockaddr is Sockaddr into a buffer that does not hold the whole
-// address: the bytes that fit.
-func shortSockaddr(buf []byte, head, a0, a1 uint64, fam uint32) (int, bool) {
 	var sa [28]byte
 	n := 16
 	if fam == wire.AFInet {
+		// sin_addr, then 8 bytes of sin_zero.
 		binary.LittleEndian.PutUint64(sa[0:8], head|a0<<32)
 	} else {
+		// sin6_flowinfo 0, sin6_addr, sin6_scope_id 0.
 		binary.LittleEndian.PutUint64(sa[0:8], head)
 		binary.LittleEndian.PutUint64(sa[8:16], a0)
 		binary.LittleEndian.PutUint64(sa[16:24], a1)
