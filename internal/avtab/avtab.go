@@ -47,6 +47,7 @@ type Table struct {
 	aux   []bpf.AVAux  // cap
 	reg   *region      // the mapping's address range (nil for a copy)
 	rd    *Reader      // lock-free view of a mapping (nil for a copy)
+	pos   []uint32     // the Reader's slot hints, per index (see Reader)
 }
 
 // region is the address range a table is mapped at. It is given back
@@ -160,7 +161,8 @@ func (t *Table) layout() error {
 	t.slots = unsafe.Slice((*bpf.AVSlot)(unsafe.Pointer(&t.mem[bpf.AVLine])), 2*int(nb))
 	t.aux = unsafe.Slice((*bpf.AVAux)(unsafe.Pointer(&t.mem[bpf.AVLine*(1+int(nb))])), int(capa))
 	if t.reg != nil {
-		t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, reg: t.reg}
+		t.pos = make([]uint32, capa)
+		t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg}
 	}
 	return nil
 }
@@ -180,7 +182,7 @@ func (t *Table) Close() error {
 			err = fmt.Errorf("AV table %v: replace the mapping: %w", t.m, err)
 		}
 	}
-	t.mem, t.hdr, t.slots, t.aux, t.reg, t.rd = nil, nil, nil, nil, nil, nil
+	t.mem, t.hdr, t.slots, t.aux, t.reg, t.rd, t.pos = nil, nil, nil, nil, nil, nil, nil
 	return errors.Join(err, t.m.Close())
 }
 
@@ -460,6 +462,7 @@ func (t *Table) PlaceAt(p *Probe, idx uint32, userID uint64, flags uint8, authKe
 	s.FiAddr, s.Addr, s.Port, s.Flags, s.AuthKey = idx, src.Addr, src.Port, flags, authKey
 	s.Family = src.Family
 	writeEnd(&s.Seq, seq) // even: the new entry
+	t.setHint(idx, pos)
 	t.hdr.Live++
 	return pos, nil
 }
@@ -526,6 +529,13 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 	return 0, false
 }
 
+// setHint records pos as index idx's slot for the Reader (noHint: none).
+func (t *Table) setHint(idx, pos uint32) {
+	if idx < uint32(len(t.pos)) {
+		atomic.StoreUint32(&t.pos[idx], pos+1)
+	}
+}
+
 // move copies the entry in slot from to the free slot to, then frees
 // from: the entry is in one of them at every instant.
 func (t *Table) move(from, to uint32) {
@@ -536,6 +546,7 @@ func (t *Table) move(from, to uint32) {
 	writeEnd(&d.Seq, seq)
 	if idx := f.FiAddr; idx < uint32(len(t.aux)) {
 		atomic.StoreUint32(&t.aux[idx].Slot, to)
+		t.setHint(idx, to)
 	}
 	seq = writeBegin(&f.Seq)
 	f.Family = 0
@@ -573,6 +584,7 @@ func (t *Table) Remove(pos uint32) {
 		atomic.StoreUint32(&x.Refcnt, 0)
 		atomic.StoreUint32(&x.Slot, 0)
 		atomic.StoreUint64(&x.UserId, 0)
+		t.setHint(idx, noHint)
 	}
 	t.hdr.Live--
 }

@@ -28,8 +28,12 @@ type Reader struct {
 	hdr   *bpf.AVHdr
 	slots []bpf.AVSlot
 	aux   []bpf.AVAux
+	pos   []uint32 // per index: a hint of its slot, + 1 (0: none); see read
 	reg   *region
 }
+
+// noHint as setHint's slot: the index has none (its hint becomes 0).
+const noHint = ^uint32(0)
 
 // readTries bounds a Reader's retries of a slot that is being written: a
 // write is a few stores, so more retries mean the writer was preempted or
@@ -51,16 +55,33 @@ func (r *Reader) Retired() bool {
 // idx. A slot holds an index only while the index is in use: an insert
 // writes the index's entry before the slot, a remove empties the slot
 // before it frees the index, a move fills the new slot before it empties
-// the old one.
+// the old one. So any slot that holds idx will do, however it was found:
+// a stale hint costs a second read, never a wrong answer.
 func (r *Reader) read(idx uint32) (a0, a1 uint64, pf uint32, ok bool) {
-	if idx >= uint32(len(r.aux)) {
+	if idx >= uint32(len(r.pos)) || idx >= uint32(len(r.aux)) {
 		return 0, 0, 0, false
+	}
+	// The index's slot as this process last wrote or read it (a hint in
+	// the Go heap, 4 bytes per index, so mostly in cache: the lookup
+	// makes one cache miss, in the slot), checked by the slot's contents;
+	// else the table's own record (aux: 16 bytes per index, a second,
+	// dependent miss), which becomes the hint. Another process's writes
+	// (a named AV) leave hints stale until the next read here.
+	hint := &r.pos[idx]
+	h := atomic.LoadUint32(hint) - 1
+	if h < uint32(len(r.slots)) {
+		if a0, a1, pf, ok = readSlot(&r.slots[h], idx); ok {
+			return a0, a1, pf, true
+		}
 	}
 	pos := atomic.LoadUint32(&r.aux[idx].Slot)
 	if pos >= uint32(len(r.slots)) {
 		return 0, 0, 0, false
 	}
-	return readSlot(&r.slots[pos], idx)
+	if a0, a1, pf, ok = readSlot(&r.slots[pos], idx); ok && pos != h {
+		atomic.StoreUint32(hint, pos+1)
+	}
+	return a0, a1, pf, ok
 }
 
 // readSlot reads slot p, ok when it was stable and holds idx.
@@ -127,13 +148,14 @@ func (r *Reader) Addr(idx uint32) (bpf.Addr, bool) {
 // returns its full length; false when idx is not in use (or its slot kept
 // changing). Nothing past the address is written.
 //
-// The common case (a stable slot, a buffer that holds the address) is one
-// function of straight-line code: the fewer instructions a lookup takes,
-// the more lookups the CPU has in flight, and the more of their cache
-// misses overlap.
+// The common case (the index's slot as hinted, stable, a buffer that holds
+// the address) is one function of straight-line code: the fewer
+// instructions a lookup takes, the more lookups the CPU has in flight,
+// and the more of their cache misses overlap; and one cache miss, in the
+// slot (see read).
 func (r *Reader) Sockaddr(idx uint32, buf []byte) (int, bool) {
-	if aux, slots := r.aux, r.slots; idx < uint32(len(aux)) {
-		if h := atomic.LoadUint32(&aux[idx].Slot); h < uint32(len(slots)) {
+	if pos, slots := r.pos, r.slots; idx < uint32(len(pos)) {
+		if h := atomic.LoadUint32(&pos[idx]) - 1; h < uint32(len(slots)) {
 			p := &slots[h]
 			a := (*[2]uint64)(unsafe.Pointer(&p.Addr))
 			seq := atomic.LoadUint32(&p.Seq)

@@ -84,6 +84,65 @@ func TestReaderReads(t *testing.T) {
 	}
 }
 
+// Another process's writes (a second mapping of the table, as a second
+// writer of a named AV has) leave the first mapping's slot hints stale: a
+// Reader still gives each index's current source, and nothing for a
+// removed one.
+func TestReaderStaleHints(t *testing.T) {
+	dp := load(t)
+	w := install(t, dp, 7, 64)
+	for i := range 40 {
+		a := addr(i)
+		if _, err := w.Place(&a, uint32(i), 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.SetHigh(40)
+	r := w.Reader()
+	other, err := Open(dp, 7, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// The other writer removes every index and puts other sources at the
+	// even ones (other slots, by their hash); the odd ones stay free.
+	for i := range 40 {
+		a := addr(i)
+		_, pos, ok := other.Locate(&a)
+		if !ok {
+			t.Fatalf("%v not in the other mapping", a.AddrPort())
+		}
+		other.Remove(pos)
+	}
+	for i := 0; i < 40; i += 2 {
+		a := addr6(i)
+		if _, err := other.Place(&a, uint32(i), 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := 0
+	for i := 0; i < 40; i += 2 {
+		if _, slot, _ := other.Aux(uint32(i)); r.pos[i] != slot+1 {
+			stale++
+		}
+	}
+	if stale == 0 {
+		t.Fatal("no hint is stale: the test tests nothing")
+	}
+	for range 2 { // stale hints, then the hints the first reads wrote
+		for i := range 40 {
+			got, ok := r.Addr(uint32(i))
+			n, sok := r.Sockaddr(uint32(i), make([]byte, 28))
+			switch {
+			case i%2 == 0 && (!ok || got != addr6(i) || !sok || n != 28):
+				t.Errorf("index %d: %v %v (sockaddr %d %v), want %v", i, got.AddrPort(), ok, n, sok, addr6(i).AddrPort())
+			case i%2 == 1 && (ok || sok):
+				t.Errorf("removed index %d read as %v", i, got.AddrPort())
+			}
+		}
+	}
+}
+
 // mapped reports whether this process has memory mapped at p.
 func mapped(t *testing.T, p uintptr) bool {
 	t.Helper()
