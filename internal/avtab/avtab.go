@@ -493,6 +493,48 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 	case f3:
 		return 2*b2 + 1, true
 	}
+	// Most full pairs need one move: one of the four entries to a free
+	// slot of its other bucket. Those four buckets are loaded together
+	// (their cache misses overlap), then looked at.
+	var alt [4]uint32
+	for k := range uint32(4) {
+		alt[k] = t.altBucket(k, b1, b2)
+		prefetch(uintptr(unsafe.Pointer(&t.slots[2*alt[k]])))
+	}
+	for k := range uint32(4) {
+		for j := range uint32(2) {
+			if free := 2*alt[k] + j; t.slots[free].Family == 0 {
+				from := 2*b1 + k
+				if k >= 2 {
+					from = 2*b2 + k - 2
+				}
+				moves := writeBegin(&t.hdr.Moves)
+				t.move(from, free)
+				writeEnd(&t.hdr.Moves, moves)
+				return from, true
+			}
+		}
+	}
+	return t.freePath(b1, b2)
+}
+
+// altBucket is the other bucket of the entry in slot k of the pair b1, b2
+// (0 and 1 in b1, 2 and 3 in b2).
+func (t *Table) altBucket(k, b1, b2 uint32) uint32 {
+	p, b := 2*b1+k, b1
+	if k >= 2 {
+		p, b = 2*b2+k-2, b2
+	}
+	src := SlotAddr(&t.slots[p])
+	a1, a2 := t.buckets(&src)
+	if a1 == b {
+		return a2
+	}
+	return a1
+}
+
+// freePath is freeSlot's search for a path of more than one move.
+func (t *Table) freePath(b1, b2 uint32) (uint32, bool) {
 	// Breadth first over buckets: node i is a bucket reached by moving
 	// the entry in slot from of its parent's bucket there.
 	type node struct {
