@@ -41,9 +41,11 @@ type AV struct {
 	eq     *EventQueue
 	closed bool
 	grown  int // tables this handle replaced (growth, rebuilds)
-	// Remove's scratch space for long lists, kept between calls.
-	rmAt     map[uint32]int
-	rmCounts []count
+	// Scratch space kept between calls: Remove's for long lists,
+	// insert's per-address results.
+	rmAt      map[uint32]int
+	rmCounts  []count
+	insErrnos []fi.Errno
 
 	// fast is the lock-free readers' view of tab (Lookup, LookupAddr,
 	// Resolve, SourceOf): set with tab, nil while the AV is closed or its

@@ -16,6 +16,27 @@ type source struct {
 	err error
 }
 
+// sources is what one insert call inserts: Insert's addresses as the
+// caller gave them (no copy), or the other forms' decoded sources.
+type sources struct {
+	addrs []netip.AddrPort
+	srcs  []source
+}
+
+func (s *sources) len() int {
+	if s.srcs != nil {
+		return len(s.srcs)
+	}
+	return len(s.addrs)
+}
+
+func (s *sources) at(i int) source {
+	if s.srcs != nil {
+		return s.srcs[i]
+	}
+	return source{ap: s.addrs[i]}
+}
+
 const insertFlags = fi.More | fi.SyncErr | fi.AVUserID | fi.AuthKey
 
 // Insert inserts addrs (fi_av_insert) and returns how many were inserted.
@@ -37,17 +58,7 @@ func (a *AV) Insert(addrs []netip.AddrPort, fiAddr []fi.Addr, flags fi.Flags, ct
 	if err := a.usable("av insert"); err != nil {
 		return 0, err
 	}
-	var small [8]source
-	var srcs []source
-	if len(addrs) <= len(small) {
-		srcs = small[:len(addrs)]
-	} else {
-		srcs = make([]source, len(addrs))
-	}
-	for i, ap := range addrs {
-		srcs[i].ap = ap
-	}
-	return a.insert("av insert", srcs, fiAddr, flags, ctx)
+	return a.insert("av insert", sources{addrs: addrs}, fiAddr, flags, ctx)
 }
 
 // InsertRaw inserts addresses in libfabric's raw form, struct sockaddr_in
@@ -65,7 +76,7 @@ func (a *AV) InsertRaw(addrs [][]byte, fiAddr []fi.Addr, flags fi.Flags, ctx any
 			srcs[i].err = fmt.Errorf("sockaddr_in with a non-zero sin_zero: %w", fi.EADDRNOTAVAIL)
 		}
 	}
-	return a.insert("av insert", srcs, fiAddr, flags, ctx)
+	return a.insert("av insert", sources{srcs: srcs}, fiAddr, flags, ctx)
 }
 
 // InsertStr inserts FI_ADDR_STR addresses ("fi_sockaddr_in://1.2.3.4:5000").
@@ -77,25 +88,31 @@ func (a *AV) InsertStr(addrs []string, fiAddr []fi.Addr, flags fi.Flags, ctx any
 	for i, s := range addrs {
 		srcs[i].ap, srcs[i].err = fi.ParseAddrStr(s)
 	}
-	return a.insert("av insert", srcs, fiAddr, flags, ctx)
+	return a.insert("av insert", sources{srcs: srcs}, fiAddr, flags, ctx)
 }
 
-func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+func (a *AV) insert(op string, srcs sources, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
 	unlock := a.lock()
 	defer unlock()
-	status, err := a.checkInsert(srcs, fiAddr, flags, ctx)
+	n := srcs.len()
+	status, err := a.checkInsert(n, fiAddr, flags, ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := a.begin(true); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	// Per-address results: on the stack for a few, else in scratch space
+	// the AV keeps between calls (the lock is held; report copies them).
 	var small [8]fi.Errno
 	var errnos []fi.Errno
-	if len(srcs) <= len(small) {
-		errnos = small[:len(srcs)]
+	if n <= len(small) {
+		errnos = small[:n]
 	} else {
-		errnos = make([]fi.Errno, len(srcs))
+		if cap(a.insErrnos) < n {
+			a.insErrnos = make([]fi.Errno, n)
+		}
+		errnos = a.insErrnos[:n]
 	}
 	changed := false
 	// Probes of the sources ahead (ring[j%touchAhead] for source j), whose
@@ -105,30 +122,31 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 	var have [touchAhead]bool
 	touch := func(j int) {
 		have[j%touchAhead] = false
-		if j < len(srcs) && srcs[j].err == nil && srcs[j].ap.IsValid() {
-			addr := bpf.MakeAddr(srcs[j].ap)
-			ring[j%touchAhead], have[j%touchAhead] = a.tab.Touch(&addr), true
+		if j < n {
+			if s := srcs.at(j); s.err == nil && s.ap.IsValid() {
+				addr := bpf.MakeAddr(s.ap)
+				ring[j%touchAhead], have[j%touchAhead] = a.tab.Touch(&addr), true
+			}
 		}
 	}
-	if len(srcs) > 1 {
-		for j := range min(touchAhead, len(srcs)) {
+	if n > 1 {
+		for j := range min(touchAhead, n) {
 			touch(j)
 		}
 	}
-	for i, s := range srcs {
+	for i := range n {
 		var probe *avtab.Probe
 		if have[i%touchAhead] {
-			p := ring[i%touchAhead]
-			probe = &p
-		}
-		if len(srcs) > 1 {
-			touch(i + touchAhead)
+			probe = &ring[i%touchAhead]
 		}
 		var in fi.Addr
 		if fiAddr != nil {
 			in = fiAddr[i]
 		}
-		idx, errno := a.insertOne(s, in, flags, probe)
+		idx, errno := a.insertOne(srcs.at(i), in, flags, probe)
+		if n > 1 {
+			touch(i + touchAhead) // after the insert: it overwrites probe's ring entry
+		}
 		errnos[i] = errno
 		changed = changed || errno == 0
 		if fiAddr != nil {
@@ -151,12 +169,12 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 const touchAhead = 8
 
 // checkInsert validates the call as a whole; it changes nothing.
-func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {
+func (a *AV) checkInsert(n int, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {
 	if bad := flags &^ insertFlags; bad != 0 {
 		return nil, fmt.Errorf("flags %v not supported: %w", bad, fi.EBADFLAGS)
 	}
-	if fiAddr != nil && len(fiAddr) < len(srcs) {
-		return nil, fmt.Errorf("fi_addr holds %d of %d addresses: %w", len(fiAddr), len(srcs), fi.EINVAL)
+	if fiAddr != nil && len(fiAddr) < n {
+		return nil, fmt.Errorf("fi_addr holds %d of %d addresses: %w", len(fiAddr), n, fi.EINVAL)
 	}
 	if flags&fi.AVUserID != 0 {
 		switch {
@@ -178,8 +196,8 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 			return nil, fmt.Errorf("FI_SYNC_ERR on an FI_EVENT (asynchronous) AV: %w", fi.EBADFLAGS)
 		}
 		s, ok := ctx.([]fi.Errno)
-		if !ok || len(s) < len(srcs) {
-			return nil, fmt.Errorf("FI_SYNC_ERR needs a []fi.Errno context of %d elements: %w", len(srcs), fi.EINVAL)
+		if !ok || len(s) < n {
+			return nil, fmt.Errorf("FI_SYNC_ERR needs a []fi.Errno context of %d elements: %w", n, fi.EINVAL)
 		}
 		status = s
 	}
