@@ -215,7 +215,9 @@ func (t *Table) Live() uint32 { return atomic.LoadUint32(&t.hdr.Live) }
 func (t *Table) High() uint32 { return min(atomic.LoadUint32(&t.hdr.High), t.Cap()) }
 
 // SetHigh records the next never-used index. The caller holds Lock.
-func (t *Table) SetHigh(h uint32) { atomic.StoreUint32(&t.hdr.High, h) }
+// A plain store (see writeBegin): other processes read the mark under
+// the lock.
+func (t *Table) SetHigh(h uint32) { t.hdr.High = h }
 
 // Retired reports whether the table was replaced (growth): the current
 // one is in xdpfab_avtab; OpenTable opens it.
@@ -242,7 +244,7 @@ func (t *Table) SetRefcnt(idx, refcnt uint32) {
 	if idx >= uint32(len(t.aux)) {
 		return
 	}
-	atomic.StoreUint32(&t.aux[idx].Refcnt, refcnt)
+	t.aux[idx].Refcnt = refcnt // read under the lock only
 }
 
 // ReadSlot reads slot pos consistently: the sequence number before and
@@ -291,6 +293,13 @@ func writeBegin(p *uint32) uint32 {
 
 // writeEnd makes the number even again: readers may use what they read.
 // A release store: no store of the write moves after it.
+//
+// Between the two, the write's own stores (the slot's fields, the
+// index's user ID) are plain stores: the numbers order them, and each is
+// an aligned word that every architecture Go and BPF run on reads whole.
+// Table fields outside a slot's window (an index's slot and reference
+// count, the high mark) are plain stores too: readers without the lock
+// use them only through a slot they then check (Reader), or not at all.
 func writeEnd(p *uint32, odd uint32) {
 	atomic.StoreUint32(p, odd+1)
 }
@@ -456,9 +465,7 @@ func (t *Table) PlaceAt(p *Probe, idx uint32, userID uint64, flags uint8, authKe
 	s := &t.slots[pos]
 	src := &p.src
 	seq := writeBegin(&s.Seq) // odd: XDP and readers skip the slot
-	atomic.StoreUint64(&x.UserId, userID)
-	atomic.StoreUint32(&x.Slot, pos)
-	atomic.StoreUint32(&x.Refcnt, 1)
+	x.UserId, x.Slot, x.Refcnt = userID, pos, 1
 	s.FiAddr, s.Addr, s.Port, s.Flags, s.AuthKey = idx, src.Addr, src.Port, flags, authKey
 	s.Family = src.Family
 	writeEnd(&s.Seq, seq) // even: the new entry
@@ -601,7 +608,7 @@ func (t *Table) move(from, to uint32) {
 	d.Family = f.Family
 	writeEnd(&d.Seq, seq)
 	if idx := f.FiAddr; idx < uint32(len(t.aux)) {
-		atomic.StoreUint32(&t.aux[idx].Slot, to)
+		t.aux[idx].Slot = to
 		t.setHint(idx, to)
 	}
 	seq = writeBegin(&f.Seq)
@@ -618,7 +625,7 @@ func (t *Table) Update(pos uint32, userID uint64, flags uint8) {
 	}
 	s := &t.slots[pos]
 	seq := writeBegin(&s.Seq)
-	atomic.StoreUint64(&t.aux[s.FiAddr].UserId, userID)
+	t.aux[s.FiAddr].UserId = userID
 	s.Flags = flags
 	writeEnd(&s.Seq, seq)
 }
@@ -637,9 +644,7 @@ func (t *Table) Remove(pos uint32) {
 	writeEnd(&s.Seq, seq)
 	if idx < uint32(len(t.aux)) {
 		x := &t.aux[idx]
-		atomic.StoreUint32(&x.Refcnt, 0)
-		atomic.StoreUint32(&x.Slot, 0)
-		atomic.StoreUint64(&x.UserId, 0)
+		x.Refcnt, x.Slot, x.UserId = 0, 0, 0
 		t.setHint(idx, noHint)
 	}
 	t.hdr.Live--
