@@ -279,31 +279,6 @@ func (t *Table) ReadSlot(pos uint32) (s bpf.AVSlot, ok bool) {
 	return s, false
 }
 
-// writeBegin makes the sequence number at p odd, a value no reader saw
-// before, and returns it: from here on readers discard what they read of
-// what it guards. An atomic swap: a full barrier on every architecture Go
-// supports (XCHG, SWPAL), so no store of the write moves before it. A
-// number left odd by a writer that died mid-write goes to the next odd
-// value, not to an even one.
-func writeBegin(p *uint32) uint32 {
-	odd := (atomic.LoadUint32(p) + 1) | 1
-	atomic.SwapUint32(p, odd)
-	return odd
-}
-
-// writeEnd makes the number even again: readers may use what they read.
-// A release store: no store of the write moves after it.
-//
-// Between the two, the write's own stores (the slot's fields, the
-// index's user ID) are plain stores: the numbers order them, and each is
-// an aligned word that every architecture Go and BPF run on reads whole.
-// Table fields outside a slot's window (an index's slot and reference
-// count, the high mark) are plain stores too: readers without the lock
-// use them only through a slot they then check (Reader), or not at all.
-func writeEnd(p *uint32, odd uint32) {
-	atomic.StoreUint32(p, odd+1)
-}
-
 // SlotAddr returns slot s's source.
 func SlotAddr(s *bpf.AVSlot) bpf.Addr {
 	return bpf.Addr{Addr: s.Addr, Port: s.Port, Family: s.Family}
