@@ -115,44 +115,44 @@ func (a *AV) insert(op string, srcs sources, fiAddr []fi.Addr, flags fi.Flags, c
 		errnos = a.insErrnos[:n]
 	}
 	changed := false
-	// Probes of the sources ahead (ring[j%touchAhead] for source j), whose
-	// buckets are being loaded while earlier sources go in: their cache
-	// misses overlap, and the hash is computed once.
-	var ring [touchAhead]avtab.Probe
-	var have [touchAhead]bool
-	touch := func(j int) {
-		have[j%touchAhead] = false
-		if j < n {
-			if s := srcs.at(j); s.err == nil && s.ap.IsValid() {
-				addr := bpf.MakeAddr(s.ap)
-				ring[j%touchAhead], have[j%touchAhead] = a.tab.Touch(&addr), true
-			}
-		}
-	}
-	if n > 1 {
-		for j := range min(touchAhead, n) {
-			touch(j)
-		}
-	}
-	for i := range n {
-		var probe *avtab.Probe
-		if have[i%touchAhead] {
-			probe = &ring[i%touchAhead]
-		}
-		var in fi.Addr
-		if fiAddr != nil {
-			in = fiAddr[i]
-		}
-		idx, errno := a.insertOne(srcs.at(i), in, flags, probe)
-		if n > 1 {
-			touch(i + touchAhead) // after the insert: it overwrites probe's ring entry
-		}
+	record := func(i int, idx uint32, errno fi.Errno) {
 		errnos[i] = errno
 		changed = changed || errno == 0
 		if fiAddr != nil {
 			fiAddr[i] = fi.AddrNotAvail
 			if errno == 0 {
 				fiAddr[i] = fi.Addr(idx)
+			}
+		}
+	}
+	input := func(i int) fi.Addr {
+		if fiAddr != nil {
+			return fiAddr[i]
+		}
+		return 0
+	}
+	if n == 1 {
+		var p prepared
+		a.prepare(srcs.at(0), &p)
+		idx, errno := a.insertOne(&p, input(0), flags)
+		record(0, idx, errno)
+	} else {
+		// The sources ahead (ring[j%touchAhead] for source j) are
+		// checked and hashed, and their buckets loaded, while earlier
+		// ones go in: their cache misses overlap, and each source is
+		// looked at once.
+		var ring [touchAhead]prepared
+		for j := range min(touchAhead, n) {
+			a.prepare(srcs.at(j), &ring[j])
+			a.touch(&ring[j])
+		}
+		for i := range n {
+			cur := &ring[i%touchAhead]
+			idx, errno := a.insertOne(cur, input(i), flags)
+			record(i, idx, errno)
+			if j := i + touchAhead; j < n {
+				a.prepare(srcs.at(j), cur)
+				a.touch(cur)
 			}
 		}
 	}
@@ -207,17 +207,38 @@ func (a *AV) checkInsert(n int, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi
 	return status, nil
 }
 
-// insertOne inserts one address into the table. XDP translates it from
-// the slot write on (Place), which comes after the index's entry. probe,
-// when not nil, is the address's probe from Touch.
-func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe) (uint32, fi.Errno) {
-	if s.err != nil {
-		return 0, fi.EADDRNOTAVAIL
-	}
+// prepared is one address of an insert call made ready: its table
+// probe, or why it cannot go in.
+type prepared struct {
+	probe avtab.Probe
+	errno fi.Errno
+}
+
+// prepare checks s and makes its probe in p.
+func (a *AV) prepare(s source, p *prepared) {
 	ap := s.ap
 	ip := ap.Addr().Unmap()
-	if !ap.IsValid() || ap.Port() == 0 || ip.IsUnspecified() || ip.Zone() != "" || !a.attr.familyOK(ap) {
-		return 0, fi.EADDRNOTAVAIL
+	if s.err != nil || !ap.IsValid() || ap.Port() == 0 || ip.IsUnspecified() || ip.Zone() != "" || !a.attr.familyOK(ap) {
+		p.errno = fi.EADDRNOTAVAIL
+		return
+	}
+	p.errno = 0
+	addr := bpf.MakeAddr(ap)
+	p.probe.Reset(&addr)
+}
+
+// touch computes p's buckets and starts loading them (avtab.Table.Touch).
+func (a *AV) touch(p *prepared) {
+	if p.errno == 0 {
+		a.tab.Touch(&p.probe)
+	}
+}
+
+// insertOne inserts one prepared address into the table. XDP translates
+// it from the slot write on (Place), which comes after the index's entry.
+func (a *AV) insertOne(pr *prepared, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) {
+	if pr.errno != 0 {
+		return 0, pr.errno
 	}
 	var keyVal uint32
 	if flags&fi.AuthKey != 0 {
@@ -227,12 +248,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe)
 		}
 		keyVal = a.keys[h].value
 	}
-	var p avtab.Probe
-	if probe != nil {
-		p = *probe
-	} else {
-		p = avtab.NewProbe(bpf.MakeAddr(ap))
-	}
+	p := &pr.probe
 	userID := uint64(fi.AddrNotAvail)
 	var eflags uint8
 	if a.attr.Flags&fi.AVUserID != 0 {
@@ -243,7 +259,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe)
 		userID = uint64(in)
 	}
 
-	pos, ok := a.tab.LocateProbe(&p)
+	pos, ok := a.tab.LocateProbe(p)
 	if ok {
 		slot := a.tab.Slot(pos)
 		idx := slot.FiAddr
@@ -273,7 +289,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe)
 		a.dp.ReleaseAVEntries(1)
 		return 0, fi.ENOSPC
 	}
-	if err := a.place(&p, idx, userID, eflags, keyVal); err != nil {
+	if err := a.place(p, idx, userID, eflags, keyVal); err != nil {
 		if fromFree {
 			a.free.push(idx)
 		}

@@ -302,7 +302,12 @@ func (t *Table) Addr(idx uint32) (bpf.Addr, bool) {
 
 // buckets returns src's two buckets.
 func (t *Table) buckets(src *bpf.Addr) (b1, b2 uint32) {
-	return bpf.AVBuckets(bpf.AVHash(atomic.LoadUint64(&t.hdr.Seed), *src), uint32(len(t.slots)/2))
+	return bpf.AVBuckets(hashAddr(atomic.LoadUint64(&t.hdr.Seed), src), uint32(len(t.slots)/2))
+}
+
+// slotBuckets returns the two buckets of the source slot s holds.
+func (t *Table) slotBuckets(s *bpf.AVSlot) (b1, b2 uint32) {
+	return bpf.AVBuckets(hashSlot(atomic.LoadUint64(&t.hdr.Seed), s), uint32(len(t.slots)/2))
 }
 
 // Find returns the slot holding src and its contents. Like XDP, a reader
@@ -348,12 +353,18 @@ func (t *Table) probe(p *Probe) {
 	if p.ok && p.seed == seed {
 		return
 	}
-	p.b1, p.b2 = bpf.AVBuckets(bpf.AVHash(seed, p.src), uint32(len(t.slots)/2))
+	p.b1, p.b2 = bpf.AVBuckets(hashAddr(seed, &p.src), uint32(len(t.slots)/2))
 	p.seed, p.ok = seed, true
 }
 
 // NewProbe is a probe of src whose buckets LocateProbe or PlaceAt compute.
 func NewProbe(src bpf.Addr) Probe { return Probe{src: src} }
+
+// Reset makes p a probe of src whose buckets are not computed yet (as
+// NewProbe, in place).
+func (p *Probe) Reset(src *bpf.Addr) {
+	p.src, p.ok = *src, false
+}
 
 // Addr is the probe's source.
 func (p *Probe) Addr() bpf.Addr { return p.src }
@@ -384,19 +395,17 @@ func (t *Table) LocateProbe(p *Probe) (pos uint32, found bool) {
 	return 0, false
 }
 
-// Touch starts loading src's two buckets into the cache (a prefetch: it
-// does not wait for them), for a writer about to insert it, and returns
-// the probe for LocateProbe: a batch touches the sources ahead of the one
-// it inserts, so that their cache misses overlap.
-func (t *Table) Touch(src *bpf.Addr) Probe {
-	p := Probe{src: *src}
+// Touch computes p's buckets and starts loading them into the cache (a
+// prefetch: it does not wait for them), for a writer about to insert p's
+// source (LocateProbe): a batch touches the sources ahead of the one it
+// inserts, so that their cache misses overlap.
+func (t *Table) Touch(p *Probe) {
 	if len(t.slots) == 0 || t.hdr == nil {
-		return p
+		return
 	}
-	t.probe(&p)
+	t.probe(p)
 	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b1])))
 	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b2])))
-	return p
 }
 
 // Slot returns slot pos's contents for a writer (plain reads; the caller
@@ -507,8 +516,7 @@ func (t *Table) altBucket(k, b1, b2 uint32) uint32 {
 	if k >= 2 {
 		p, b = 2*b2+k-2, b2
 	}
-	src := SlotAddr(&t.slots[p])
-	a1, a2 := t.buckets(&src)
+	a1, a2 := t.slotBuckets(&t.slots[p])
 	if a1 == b {
 		return a2
 	}
@@ -538,9 +546,7 @@ func (t *Table) freePath(b1, b2 uint32) (uint32, bool) {
 		n := queue[i]
 		for j := range uint32(2) {
 			p := 2*n.bucket + j
-			e := &t.slots[p]
-			src := SlotAddr(e)
-			a1, a2 := t.buckets(&src)
+			a1, a2 := t.slotBuckets(&t.slots[p])
 			alt := a1
 			if alt == n.bucket {
 				alt = a2
