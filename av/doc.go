@@ -10,7 +10,8 @@
 // AV's id). Inserts, removes and lookups are loads and stores into that
 // mapping: no system call per entry, and no copy of the table in the Go
 // heap; the process keeps only the AV's free indices (a bitmap, for the
-// lowest free index) and its auth keys.
+// lowest free index), its auth keys, and per index a 4-byte hint of the
+// index's slot for lookups (avtab.Reader).
 //
 // # The table
 //

@@ -79,8 +79,8 @@ func (r *region) detach() error {
 // Lines returns the geometry of a table for capacity indices
 // (rounded up to a multiple of 4, at least 64): its buckets, its capacity
 // and its lines (the array map holds them in elements of bpf.AVPageLines).
-// The forward index has 1.6 slots per index, so it is at most 5/8 full
-// when every index is in use.
+// The forward index has 5/4 slots per index, so at most 4/5 of its slots
+// are in use when every index is.
 func Lines(capacity uint32) (nbuckets, capa, lines uint32) {
 	capa = max(capacity, 64)
 	capa = min(capa, maxTableCap)
@@ -95,7 +95,8 @@ const maxTableCap = 1 << 30
 
 // New creates (but does not install: Install) an empty table for AV id
 // with room for capacity indices and a random hash seed. Its memory
-// follows capacity: 64 bytes per line, about 56 per index.
+// follows capacity: 64 bytes per line, about 56 per index (and 4 bytes
+// per index of Go heap for the Reader's slot hints).
 func New(dp *loader.Objects, id uint32, capacity uint32) (*Table, error) {
 	nb, capa, lines := Lines(capacity)
 	m, err := dp.NewAVTableMap(lines)
