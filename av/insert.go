@@ -223,8 +223,7 @@ func (a *AV) prepare(s source, p *prepared) {
 		return
 	}
 	p.errno = 0
-	addr := bpf.MakeAddr(ap)
-	p.probe.Reset(&addr)
+	p.probe.ResetAddrPort(ap)
 }
 
 // touch computes p's buckets and starts loading them (avtab.Table.Touch).

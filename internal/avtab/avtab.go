@@ -7,9 +7,11 @@
 package avtab
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -365,6 +368,27 @@ func NewProbe(src bpf.Addr) Probe { return Probe{src: src} }
 // NewProbe, in place).
 func (p *Probe) Reset(src *bpf.Addr) {
 	p.src, p.ok = *src, false
+}
+
+// ResetAddrPort is Reset(bpf.MakeAddr(ap)), written field by field: a
+// copy of the 20-byte address is two overlapping 16-byte stores, and the
+// loads that follow (the hash, the slot compares) would wait for them
+// (a store-forwarding stall) on every insert. TestResetAddrPort holds it
+// equal to bpf.MakeAddr.
+func (p *Probe) ResetAddrPort(ap netip.AddrPort) {
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		b := ip.As4()
+		p.src.Addr = [16]byte{b[0], b[1], b[2], b[3]}
+		p.src.Family = wire.AFInet
+	} else {
+		p.src.Addr = ip.As16()
+		p.src.Family = wire.AFInet6
+	}
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], ap.Port()) // the wire's order, as bpf.MakeAddr
+	p.src.Port = binary.NativeEndian.Uint16(port[:])
+	p.ok = false
 }
 
 // Addr is the probe's source.

@@ -2,6 +2,7 @@ package avtab
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 
 	"github.com/xdpfab/xdpfab/bpf"
@@ -30,6 +31,19 @@ func TestHashMatchesBPF(t *testing.T) {
 		}
 		if got := hashSlot(seed, &s); got != want {
 			t.Fatalf("hashSlot(%#x, %v) = %#x, want %#x", seed, a, got, want)
+		}
+	}
+}
+
+// A probe reset from an address and port holds what bpf.MakeAddr makes.
+func TestResetAddrPort(t *testing.T) {
+	for _, s := range []string{"198.18.0.1:1", "198.19.255.254:65535", "[::ffff:198.18.1.2]:80", "[2001:2::1]:5000", "[2001:2:ffff::fe]:47999", "[::1]:256"} {
+		ap := netip.MustParseAddrPort(s)
+		var p Probe
+		p.ok = true
+		p.ResetAddrPort(ap)
+		if want := bpf.MakeAddr(ap); p.src != want || p.ok {
+			t.Errorf("%s: %+v (computed %v), want %+v", s, p.src, p.ok, want)
 		}
 	}
 }
