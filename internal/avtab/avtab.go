@@ -601,7 +601,7 @@ func (t *Table) freePath(b1, b2 uint32) (uint32, bool) {
 // setHint records pos as index idx's slot for the Reader (noHint: none).
 func (t *Table) setHint(idx, pos uint32) {
 	if idx < uint32(len(t.pos)) {
-		atomic.StoreUint32(&t.pos[idx], pos+1)
+		storeHint(&t.pos[idx], pos+1)
 	}
 }
 

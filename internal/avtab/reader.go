@@ -79,7 +79,7 @@ func (r *Reader) read(idx uint32) (a0, a1 uint64, pf uint32, ok bool) {
 		return 0, 0, 0, false
 	}
 	if a0, a1, pf, ok = readSlot(&r.slots[pos], idx); ok && pos != h {
-		atomic.StoreUint32(hint, pos+1)
+		storeHint(hint, pos+1)
 	}
 	return a0, a1, pf, ok
 }
