@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
@@ -32,9 +31,9 @@ type AV struct {
 	shared   bool // named: other processes may change it
 	readOnly bool
 
-	// Guarded by dp.Lock() and rw. The table is the AV (shared with XDP
-	// and other processes); the process keeps only the free indices below
-	// the table's high mark and the auth keys.
+	// Guarded by dp.Lock(). The table is the AV (shared with XDP and
+	// other processes); the process keeps only the free indices below the
+	// table's high mark and the auth keys.
 	gen    uint64
 	tab    *avtab.Table
 	free   freeSet
@@ -42,64 +41,55 @@ type AV struct {
 	eq     *EventQueue
 	closed bool
 	grown  int // tables this handle replaced (growth, rebuilds)
-	// Remove's scratch space for long lists, kept between calls.
-	rmAt     map[uint32]int
-	rmCounts []count
+	// Scratch space kept between calls: Remove's for long lists,
+	// insert's per-address results.
+	rmAt      map[uint32]int
+	rmCounts  []count
+	insErrnos []fi.Errno
+
+	// fast is the lock-free readers' view of tab (Lookup, LookupAddr,
+	// Resolve, SourceOf): set with tab, nil while the AV is closed or its
+	// table is a copy. Readers load it and read the table without a lock
+	// or a locked instruction; whatever they miss they ask again under
+	// the lock (see avtab.Reader for why a Reader may outlive its table).
+	fast atomic.Pointer[avtab.Reader]
 
 	bound atomic.Int32 // endpoints bound
-
-	// What lock took, for unlock (guarded by rw).
-	dpUnlock, unlockFn func()
-
-	// rw guards the fields above and the table's mapping against Resolve
-	// and the lookups, which take only its read side. Every other method
-	// holds it for writing together with the dataplane lock (see lock).
-	rw sync.RWMutex
 }
 
-// lock takes the dataplane lock (all AV changes of the node, serialised)
-// and the AV's own lock.
+// lock takes the dataplane lock, which serialises all AV changes of the
+// node and guards the AV's fields.
 func (a *AV) lock() (unlock func()) {
-	dpUnlock := a.dp.Lock()
-	a.rw.Lock()
-	a.dpUnlock = dpUnlock
-	if a.unlockFn == nil {
-		a.unlockFn = a.unlock // one method value, not a closure per call
-	}
-	return a.unlockFn
+	return a.dp.Lock()
 }
 
-func (a *AV) unlock() {
-	dpUnlock := a.dpUnlock
-	a.dpUnlock = nil
-	a.rw.Unlock()
-	dpUnlock()
+// setTab makes t the AV's table, for the writers and the lock-free
+// readers. The caller holds the lock.
+func (a *AV) setTab(t *avtab.Table) {
+	a.tab = t
+	a.fast.Store(t.Reader())
 }
 
-// Resolve returns the address at index fa for the transmit path: a read of
-// the AV's table under a read lock, with no system call. Another process's
-// change to a named AV is seen at once, unless it replaced the table
-// (growth), or this process reads a copy of the table: then from this
-// process's next other AV call on, which re-opens or re-reads it, or from
-// a miss here, which does the same.
+// Resolve returns the address at index fa for the transmit path: a
+// lock-free read of the AV's table (avtab.Reader), with no system call.
+// Another process's change to a named AV is seen at once, unless it
+// replaced the table (growth), or this process reads a copy of the table:
+// then from this process's next other AV call on, which re-opens or
+// re-reads it, or from a miss here, which does the same.
 func (a *AV) Resolve(fa fi.Addr) (netip.AddrPort, bool) {
 	if a == nil || a.dp == nil {
 		return netip.AddrPort{}, false
 	}
-	a.rw.RLock()
-	if a.closed {
-		a.rw.RUnlock()
-		return netip.AddrPort{}, false
+	if r := a.fast.Load(); r != nil && fa <= fi.Addr(^uint32(0)) && !r.Retired() {
+		if addr, ok := r.Addr(uint32(fa)); ok {
+			return addr.AddrPort(), true
+		}
 	}
-	if ap, ok := a.resolveLocked(fa); ok || !a.shared {
-		a.rw.RUnlock()
-		return ap, ok
-	}
-	a.rw.RUnlock()
-	// A named AV another process changed in a way this process does not
-	// see yet (it grew the table, or this process reads a copy: an
-	// application's view through the agent, where the agent just inserted
-	// the peer): a miss re-reads it if it changed.
+	// A miss: the index is not in use, or a named AV another process
+	// changed in a way this process does not see yet (it grew the table,
+	// or this process reads a copy: an application's view through the
+	// agent, where the agent just inserted the peer), or the slot kept
+	// changing. Under the lock, a named AV is re-read if it changed.
 	unlock := a.lock()
 	defer unlock()
 	if a.begin(false) != nil {
@@ -200,7 +190,8 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 		t.Close()
 		return nil, fmt.Errorf("av open: write AV slot %d: %w", id, err)
 	}
-	a.id, a.gen, a.tab = id, m.Generation, t
+	a.id, a.gen = id, m.Generation
+	a.setTab(t)
 	attr.Type, attr.AddrFormat, attr.MapAddr = a.attr.Type, a.attr.AddrFormat, 0
 	return a, nil
 }
@@ -373,6 +364,7 @@ func (a *AV) Close() error {
 			return fmt.Errorf("av close: %w", err)
 		}
 	}
+	a.fast.Store(nil)
 	a.tab.Close()
 	a.tab = nil
 	a.closed = true
@@ -522,6 +514,7 @@ func (a *AV) begin(write bool) error {
 	}
 	if m.InUse == 0 || m.NameString() != a.attr.Name {
 		a.closed = true
+		a.fast.Store(nil)
 		return fmt.Errorf("AV %q was destroyed: %w", a.attr.Name, fi.EOPBADSTATE)
 	}
 	if m.Generation == a.gen && a.tab != nil && !a.tab.Retired() {
@@ -561,8 +554,9 @@ func (a *AV) load(m bpf.AVMeta) error {
 		if err != nil {
 			return fmt.Errorf("read AV %d: %w", a.id, err)
 		}
-		a.tab.Close()
-		a.tab = t
+		old := a.tab
+		a.setTab(t)
+		old.Close()
 	}
 	a.free.reset()
 	for idx := range a.tab.High() {

@@ -3,6 +3,7 @@
 package av_test
 
 import (
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -116,4 +117,100 @@ func TestMillionEntries(t *testing.T) {
 	if s := snapshot(t, dp, a.ID()); len(s.fwd)+len(s.rev) != 0 {
 		t.Errorf("after removing all: %v", s)
 	}
+}
+
+// The lock-free readers (Lookup, LookupAddr, Resolve, SourceOf) on other
+// goroutines while the writer inserts (growing the table several times),
+// removes, re-inserts freed indices with other addresses, and finally
+// closes the AV: every answer is one the AV gave at some time (an index's
+// address, a source's index), never a fault; after Close, EOPBADSTATE.
+func TestLockFreeReadersRaceWriter(t *testing.T) {
+	dp := newDP(t, 1<<14)
+	a, err := av.Open(dp, &av.Attr{Count: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pair struct {
+		fa fi.Addr
+		ap netip.AddrPort
+	}
+	var mu sync.Mutex
+	history := map[pair]bool{}
+	var stop sync.WaitGroup
+	done := make(chan struct{})
+	seen := make([]map[pair]bool, 3)
+	for g := range seen {
+		seen[g] = map[pair]bool{}
+		stop.Go(func() {
+			buf := make([]byte, 28)
+			for k := 0; ; k++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				fa := fi.Addr(k % 3000)
+				if ap, err := a.LookupAddr(fa); err == nil {
+					seen[g][pair{fa, ap}] = true
+				}
+				if n, err := a.Lookup(fa, buf); err == nil {
+					ap, err := fi.DecodeSockaddr(buf[:n])
+					if err != nil {
+						t.Errorf("lookup %d: %x: %v", fa, buf[:n], err)
+						return
+					}
+					seen[g][pair{fa, ap}] = true
+				}
+				if ap, ok := a.Resolve(fa); ok {
+					seen[g][pair{fa, ap}] = true
+				}
+				ap := peer(k % 6000)
+				if s, ok := a.SourceOf(ap); ok {
+					seen[g][pair{s.FiAddr, ap}] = true
+				}
+			}
+		})
+	}
+	for round := range 4 {
+		addrs := peers(round*1500, 3000-round*500)
+		out := notAvail(len(addrs))
+		if _, err := a.Insert(addrs, out, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		for i, fa := range out {
+			history[pair{fa, addrs[i]}] = true
+		}
+		mu.Unlock()
+		var rm []fi.Addr
+		for i, fa := range out {
+			if i%3 != 0 {
+				rm = append(rm, fa)
+			}
+		}
+		if err := a.Remove(rm, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if av.Rebuilds(a) == 0 {
+		t.Error("the table never grew")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LookupAddr(0); !errors.Is(err, fi.EOPBADSTATE) {
+		t.Errorf("lookup after close: %v", err)
+	}
+	close(done)
+	stop.Wait()
+	n := 0
+	for _, s := range seen {
+		for p := range s {
+			n++
+			if !history[p] {
+				t.Errorf("read fi_addr %d as %v: never in the AV", p.fa, p.ap)
+			}
+		}
+	}
+	t.Logf("%d distinct answers checked", n)
 }

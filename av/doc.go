@@ -10,7 +10,8 @@
 // AV's id). Inserts, removes and lookups are loads and stores into that
 // mapping: no system call per entry, and no copy of the table in the Go
 // heap; the process keeps only the AV's free indices (a bitmap, for the
-// lowest free index) and its auth keys.
+// lowest free index), its auth keys, and per index a 4-byte hint of the
+// index's slot for lookups (avtab.Reader).
 //
 // # The table
 //
@@ -29,20 +30,31 @@
 // # Concurrency
 //
 // All writers, in every process, hold the dataplane lock
-// (loader.Objects.Lock); within the process the AV's own lock also
-// serialises them against Resolve and the lookups, which take it for
-// reading only. The XDP program and readers in other processes take no
-// lock: each slot carries a sequence number that a writer makes odd before
-// it changes the slot (or the index's user ID) and even after, and a reader
-// uses what it read only when the number was the same even value before and
-// after; a lookup that missed while the header's move count changed looks
-// again. So a frame is never translated with one entry's address and
-// another's fi_addr or user ID. Remove empties the slot before it frees the
-// index, and an insert writes the index's entry before the slot that makes
-// it visible, so from Remove's return on no XDP run that starts translates
-// the removed source. A swapped-out table stays mapped until an RCU grace
-// period has passed (loader.WaitReaders), so that no XDP run still reads it.
-// The memory-ordering assumptions per architecture are in
+// (loader.Objects.Lock), which also guards the AV's own fields. Readers
+// take no lock: the XDP program, readers in other processes, and this
+// process's Lookup, LookupAddr, Resolve and SourceOf, which read the
+// table through an avtab.Reader (loaded from an atomic pointer the writer
+// swaps with the table) with no lock, no locked instruction and no system
+// call, and fall back to the locked way only on a miss (an index not in
+// use, a named AV another process grew, a table this process holds as a
+// copy). Each slot carries a sequence number that a writer makes odd
+// before it changes the slot (or the index's user ID) and even after, and
+// a reader uses what it read only when the number was the same even value
+// before and after; a lookup that missed while the header's move count
+// changed looks again. So a frame is never translated, and an fi_addr
+// never looked up, with one entry's address and another's fi_addr or user
+// ID. Remove empties the slot before it frees the index, and an insert
+// writes the index's entry before the slot that makes it visible, so from
+// Remove's return on no XDP run that starts translates the removed source
+// and no lookup that starts finds it.
+//
+// What keeps the memory there: a swapped-out table is unmapped from XDP's
+// view only after an RCU grace period (loader.WaitReaders), so that no XDP
+// run still reads it. In the process, closing a table (AV.Close, growth)
+// replaces its pages by zeros in one mmap(MAP_FIXED), so that a lookup
+// still holding its Reader reads nothing, never a fault; the address range
+// itself is unmapped once no Reader refers to it (runtime.AddCleanup). The
+// memory-ordering assumptions per architecture are in
 // docs/platform.md#the-av-table-and-memory-ordering.
 //
 // # Why this layout

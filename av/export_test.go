@@ -1,5 +1,7 @@
 package av
 
+import "github.com/xdpfab/xdpfab/internal/avtab"
+
 // SetRebuildFault makes every table rebuild fail with f's error until
 // restore is called.
 func SetRebuildFault(f func() error) (restore func()) {
@@ -21,3 +23,6 @@ func TableBytes(a *AV) int {
 	defer unlock()
 	return a.tab.Bytes()
 }
+
+// FastReader is a's lock-free reader (nil when it has none).
+func FastReader(a *AV) *avtab.Reader { return a.fast.Load() }

@@ -16,6 +16,27 @@ type source struct {
 	err error
 }
 
+// sources is what one insert call inserts: Insert's addresses as the
+// caller gave them (no copy), or the other forms' decoded sources.
+type sources struct {
+	addrs []netip.AddrPort
+	srcs  []source
+}
+
+func (s *sources) len() int {
+	if s.srcs != nil {
+		return len(s.srcs)
+	}
+	return len(s.addrs)
+}
+
+func (s *sources) at(i int) source {
+	if s.srcs != nil {
+		return s.srcs[i]
+	}
+	return source{ap: s.addrs[i]}
+}
+
 const insertFlags = fi.More | fi.SyncErr | fi.AVUserID | fi.AuthKey
 
 // Insert inserts addrs (fi_av_insert) and returns how many were inserted.
@@ -37,17 +58,7 @@ func (a *AV) Insert(addrs []netip.AddrPort, fiAddr []fi.Addr, flags fi.Flags, ct
 	if err := a.usable("av insert"); err != nil {
 		return 0, err
 	}
-	var small [8]source
-	var srcs []source
-	if len(addrs) <= len(small) {
-		srcs = small[:len(addrs)]
-	} else {
-		srcs = make([]source, len(addrs))
-	}
-	for i, ap := range addrs {
-		srcs[i].ap = ap
-	}
-	return a.insert("av insert", srcs, fiAddr, flags, ctx)
+	return a.insert("av insert", sources{addrs: addrs}, fiAddr, flags, ctx)
 }
 
 // InsertRaw inserts addresses in libfabric's raw form, struct sockaddr_in
@@ -65,7 +76,7 @@ func (a *AV) InsertRaw(addrs [][]byte, fiAddr []fi.Addr, flags fi.Flags, ctx any
 			srcs[i].err = fmt.Errorf("sockaddr_in with a non-zero sin_zero: %w", fi.EADDRNOTAVAIL)
 		}
 	}
-	return a.insert("av insert", srcs, fiAddr, flags, ctx)
+	return a.insert("av insert", sources{srcs: srcs}, fiAddr, flags, ctx)
 }
 
 // InsertStr inserts FI_ADDR_STR addresses ("fi_sockaddr_in://1.2.3.4:5000").
@@ -77,64 +88,71 @@ func (a *AV) InsertStr(addrs []string, fiAddr []fi.Addr, flags fi.Flags, ctx any
 	for i, s := range addrs {
 		srcs[i].ap, srcs[i].err = fi.ParseAddrStr(s)
 	}
-	return a.insert("av insert", srcs, fiAddr, flags, ctx)
+	return a.insert("av insert", sources{srcs: srcs}, fiAddr, flags, ctx)
 }
 
-func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
+func (a *AV) insert(op string, srcs sources, fiAddr []fi.Addr, flags fi.Flags, ctx any) (int, error) {
 	unlock := a.lock()
 	defer unlock()
-	status, err := a.checkInsert(srcs, fiAddr, flags, ctx)
+	n := srcs.len()
+	status, err := a.checkInsert(n, fiAddr, flags, ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := a.begin(true); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	// Per-address results: on the stack for a few, else in scratch space
+	// the AV keeps between calls (the lock is held; report copies them).
 	var small [8]fi.Errno
 	var errnos []fi.Errno
-	if len(srcs) <= len(small) {
-		errnos = small[:len(srcs)]
+	if n <= len(small) {
+		errnos = small[:n]
 	} else {
-		errnos = make([]fi.Errno, len(srcs))
+		if cap(a.insErrnos) < n {
+			a.insErrnos = make([]fi.Errno, n)
+		}
+		errnos = a.insErrnos[:n]
 	}
 	changed := false
-	// Probes of the sources ahead (ring[j%touchAhead] for source j), whose
-	// buckets are being loaded while earlier sources go in: their cache
-	// misses overlap, and the hash is computed once.
-	var ring [touchAhead]avtab.Probe
-	var have [touchAhead]bool
-	touch := func(j int) {
-		have[j%touchAhead] = false
-		if j < len(srcs) && srcs[j].err == nil && srcs[j].ap.IsValid() {
-			addr := bpf.MakeAddr(srcs[j].ap)
-			ring[j%touchAhead], have[j%touchAhead] = a.tab.Touch(&addr), true
-		}
-	}
-	if len(srcs) > 1 {
-		for j := range min(touchAhead, len(srcs)) {
-			touch(j)
-		}
-	}
-	for i, s := range srcs {
-		var probe *avtab.Probe
-		if have[i%touchAhead] {
-			p := ring[i%touchAhead]
-			probe = &p
-		}
-		if len(srcs) > 1 {
-			touch(i + touchAhead)
-		}
-		var in fi.Addr
-		if fiAddr != nil {
-			in = fiAddr[i]
-		}
-		idx, errno := a.insertOne(s, in, flags, probe)
+	record := func(i int, idx uint32, errno fi.Errno) {
 		errnos[i] = errno
 		changed = changed || errno == 0
 		if fiAddr != nil {
 			fiAddr[i] = fi.AddrNotAvail
 			if errno == 0 {
 				fiAddr[i] = fi.Addr(idx)
+			}
+		}
+	}
+	input := func(i int) fi.Addr {
+		if fiAddr != nil {
+			return fiAddr[i]
+		}
+		return 0
+	}
+	if n == 1 {
+		var p prepared
+		a.prepare(srcs.at(0), &p)
+		idx, errno := a.insertOne(&p, input(0), flags)
+		record(0, idx, errno)
+	} else {
+		// The sources ahead (ring[j%touchAhead] for source j) are
+		// checked and hashed, and their buckets loaded, while earlier
+		// ones go in: their cache misses overlap, and each source is
+		// looked at once.
+		var ring [touchAhead]prepared
+		for j := range min(touchAhead, n) {
+			a.prepare(srcs.at(j), &ring[j])
+			a.touch(&ring[j])
+		}
+		for i := range n {
+			cur := &ring[i%touchAhead]
+			idx, errno := a.insertOne(cur, input(i), flags)
+			record(i, idx, errno)
+			if j := i + touchAhead; j < n {
+				a.prepare(srcs.at(j), cur)
+				a.touch(cur)
 			}
 		}
 	}
@@ -151,12 +169,12 @@ func (a *AV) insert(op string, srcs []source, fiAddr []fi.Addr, flags fi.Flags, 
 const touchAhead = 8
 
 // checkInsert validates the call as a whole; it changes nothing.
-func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {
+func (a *AV) checkInsert(n int, fiAddr []fi.Addr, flags fi.Flags, ctx any) ([]fi.Errno, error) {
 	if bad := flags &^ insertFlags; bad != 0 {
 		return nil, fmt.Errorf("flags %v not supported: %w", bad, fi.EBADFLAGS)
 	}
-	if fiAddr != nil && len(fiAddr) < len(srcs) {
-		return nil, fmt.Errorf("fi_addr holds %d of %d addresses: %w", len(fiAddr), len(srcs), fi.EINVAL)
+	if fiAddr != nil && len(fiAddr) < n {
+		return nil, fmt.Errorf("fi_addr holds %d of %d addresses: %w", len(fiAddr), n, fi.EINVAL)
 	}
 	if flags&fi.AVUserID != 0 {
 		switch {
@@ -178,8 +196,8 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 			return nil, fmt.Errorf("FI_SYNC_ERR on an FI_EVENT (asynchronous) AV: %w", fi.EBADFLAGS)
 		}
 		s, ok := ctx.([]fi.Errno)
-		if !ok || len(s) < len(srcs) {
-			return nil, fmt.Errorf("FI_SYNC_ERR needs a []fi.Errno context of %d elements: %w", len(srcs), fi.EINVAL)
+		if !ok || len(s) < n {
+			return nil, fmt.Errorf("FI_SYNC_ERR needs a []fi.Errno context of %d elements: %w", n, fi.EINVAL)
 		}
 		status = s
 	}
@@ -189,17 +207,37 @@ func (a *AV) checkInsert(srcs []source, fiAddr []fi.Addr, flags fi.Flags, ctx an
 	return status, nil
 }
 
-// insertOne inserts one address into the table. XDP translates it from
-// the slot write on (Place), which comes after the index's entry. probe,
-// when not nil, is the address's probe from Touch.
-func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe) (uint32, fi.Errno) {
-	if s.err != nil {
-		return 0, fi.EADDRNOTAVAIL
-	}
+// prepared is one address of an insert call made ready: its table
+// probe, or why it cannot go in.
+type prepared struct {
+	probe avtab.Probe
+	errno fi.Errno
+}
+
+// prepare checks s and makes its probe in p.
+func (a *AV) prepare(s source, p *prepared) {
 	ap := s.ap
 	ip := ap.Addr().Unmap()
-	if !ap.IsValid() || ap.Port() == 0 || ip.IsUnspecified() || ip.Zone() != "" || !a.attr.familyOK(ap) {
-		return 0, fi.EADDRNOTAVAIL
+	if s.err != nil || !ap.IsValid() || ap.Port() == 0 || ip.IsUnspecified() || ip.Zone() != "" || !a.attr.familyOK(ap) {
+		p.errno = fi.EADDRNOTAVAIL
+		return
+	}
+	p.errno = 0
+	p.probe.ResetAddrPort(ap)
+}
+
+// touch computes p's buckets and starts loading them (avtab.Table.Touch).
+func (a *AV) touch(p *prepared) {
+	if p.errno == 0 {
+		a.tab.Touch(&p.probe)
+	}
+}
+
+// insertOne inserts one prepared address into the table. XDP translates
+// it from the slot write on (Place), which comes after the index's entry.
+func (a *AV) insertOne(pr *prepared, in fi.Addr, flags fi.Flags) (uint32, fi.Errno) {
+	if pr.errno != 0 {
+		return 0, pr.errno
 	}
 	var keyVal uint32
 	if flags&fi.AuthKey != 0 {
@@ -209,12 +247,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe)
 		}
 		keyVal = a.keys[h].value
 	}
-	var p avtab.Probe
-	if probe != nil {
-		p = *probe
-	} else {
-		p = avtab.NewProbe(bpf.MakeAddr(ap))
-	}
+	p := &pr.probe
 	userID := uint64(fi.AddrNotAvail)
 	var eflags uint8
 	if a.attr.Flags&fi.AVUserID != 0 {
@@ -225,7 +258,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe)
 		userID = uint64(in)
 	}
 
-	pos, ok := a.tab.LocateProbe(&p)
+	pos, ok := a.tab.LocateProbe(p)
 	if ok {
 		slot := a.tab.Slot(pos)
 		idx := slot.FiAddr
@@ -255,7 +288,7 @@ func (a *AV) insertOne(s source, in fi.Addr, flags fi.Flags, probe *avtab.Probe)
 		a.dp.ReleaseAVEntries(1)
 		return 0, fi.ENOSPC
 	}
-	if err := a.place(&p, idx, userID, eflags, keyVal); err != nil {
+	if err := a.place(p, idx, userID, eflags, keyVal); err != nil {
 		if fromFree {
 			a.free.push(idx)
 		}
@@ -335,7 +368,7 @@ func (a *AV) rebuild(capa uint32) error {
 			return err
 		}
 		old := a.tab
-		a.tab = nt
+		a.setTab(nt)
 		a.grown++
 		return old.Retire()
 	}

@@ -14,7 +14,17 @@ import (
 // error. The format is the AV's: a raw sockaddr_in/sockaddr_in6, or for
 // FI_ADDR_STR a NUL-terminated string. An unused, removed or out-of-range
 // fi_addr fails with EINVAL.
+//
+// A sockaddr is read straight from the table into buf, without a lock, a
+// locked instruction, a system call or an allocation (see LookupAddr).
 func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
+	if a != nil && a.attr.AddrFormat != fi.FormatStr {
+		if r := a.fast.Load(); r != nil && fiAddr <= fi.Addr(^uint32(0)) && !r.Retired() {
+			if n, ok := r.Sockaddr(uint32(fiAddr), buf); ok {
+				return n, nil
+			}
+		}
+	}
 	ap, err := a.LookupAddr(fiAddr)
 	if err != nil {
 		return 0, err
@@ -27,16 +37,20 @@ func (a *AV) Lookup(fiAddr fi.Addr, buf []byte) (int, error) {
 
 // LookupAddr returns the address at fiAddr.
 //
-// It reads the AV's table under the AV's read lock, with no system call
-// and no allocation, unless the table was replaced by another process
-// (growth) or this process holds a copy of it (a reader that could open
-// it read-only only): then it takes the AV's locks and re-reads first.
+// It reads the AV's table without a lock (avtab.Reader: a sequence-number
+// read of the index's slot), with no system call and no allocation,
+// unless the table was replaced by another process (growth) or this
+// process holds a copy of it (a reader that could open it read-only
+// only), or the index is not in use: then it takes the AV's lock and
+// re-reads first.
 func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
 	if err := a.usable("av lookup"); err != nil {
 		return netip.AddrPort{}, err
 	}
-	if ap, ok := a.fastAddr(fiAddr); ok {
-		return ap, nil
+	if r := a.fast.Load(); r != nil && fiAddr <= fi.Addr(^uint32(0)) && !r.Retired() {
+		if addr, ok := r.Addr(uint32(fiAddr)); ok {
+			return addr.AddrPort(), nil
+		}
 	}
 	unlock := a.lock()
 	defer unlock()
@@ -52,26 +66,6 @@ func (a *AV) LookupAddr(fiAddr fi.Addr) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("av lookup: fi_addr %v is being changed by another process: %w", fiAddr, fi.EAGAIN)
 	}
 	return addr.AddrPort(), nil
-}
-
-// fastAddr reads the address at fa straight from a mapped, current table;
-// false sends the caller the locked way (which also reports errors).
-func (a *AV) fastAddr(fa fi.Addr) (netip.AddrPort, bool) {
-	a.rw.RLock()
-	defer a.rw.RUnlock()
-	t := a.tab
-	if a.closed || t == nil || t.Copied() || t.Retired() {
-		return netip.AddrPort{}, false
-	}
-	idx, ok := a.index(fa)
-	if !ok {
-		return netip.AddrPort{}, false
-	}
-	addr, ok := t.Addr(idx)
-	if !ok {
-		return netip.AddrPort{}, false
-	}
-	return addr.AddrPort(), true
 }
 
 func (a *AV) encode(dst []byte, ap netip.AddrPort) []byte {

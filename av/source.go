@@ -20,31 +20,32 @@ type Source struct {
 // SourceOf is the forward lookup of src, for datagrams that do not pass
 // through the XDP program (same-host peers, package ep): it answers what
 // the program finds in the AV's table, ok false for a source that is not
-// in the AV. A hit is a read of the table under the read lock, with no
-// system call; a miss in a named AV re-reads it if another process changed
-// it in a way this process does not see yet (growth, or a copy of the
-// table), as Resolve does. A nil, zero or closed AV finds nothing.
+// in the AV. A hit is a lock-free read of the table (avtab.Reader), with
+// no system call; a miss in a named AV re-reads it under the lock if
+// another process changed it in a way this process does not see yet
+// (growth, or a copy of the table), as Resolve does. A nil, zero or closed
+// AV finds nothing.
 func (a *AV) SourceOf(src netip.AddrPort) (Source, bool) {
 	if a == nil || a.dp == nil {
 		return Source{}, false
 	}
 	k := bpf.MakeAddr(src)
-	a.rw.RLock()
-	if a.closed {
-		a.rw.RUnlock()
-		return Source{}, false
+	if r := a.fast.Load(); r != nil && !r.Retired() {
+		s, userID, ok := r.Find(&k)
+		if ok || !a.shared {
+			return sourceOf(&s, userID), ok
+		}
 	}
-	if v, ok := a.sourceLocked(&k); ok || !a.shared {
-		a.rw.RUnlock()
-		return v, ok
-	}
-	a.rw.RUnlock()
 	unlock := a.lock()
 	defer unlock()
 	if a.begin(false) != nil {
 		return Source{}, false
 	}
 	return a.sourceLocked(&k)
+}
+
+func sourceOf(s *bpf.AVSlot, userID uint64) Source {
+	return Source{FiAddr: fi.Addr(s.FiAddr), UserID: fi.Addr(userID), ReportUser: s.Flags&bpf.AVFUserID != 0, AuthKey: s.AuthKey}
 }
 
 func (a *AV) sourceLocked(k *bpf.Addr) (Source, bool) {
@@ -56,5 +57,5 @@ func (a *AV) sourceLocked(k *bpf.Addr) (Source, bool) {
 		return Source{}, false
 	}
 	userID, _, _ := a.tab.Aux(slot.FiAddr)
-	return Source{FiAddr: fi.Addr(slot.FiAddr), UserID: fi.Addr(userID), ReportUser: slot.Flags&bpf.AVFUserID != 0, AuthKey: slot.AuthKey}, true
+	return sourceOf(&slot, userID), true
 }

@@ -25,7 +25,7 @@ func (a *AV) InsertSvc(node, service string, fiAddr []fi.Addr, flags fi.Flags, c
 		}
 		srcs := make([]source, 1)
 		srcs[0].ap, srcs[0].err = fi.ParseAddrStr(node)
-		return a.insert("av insertsvc", srcs, fiAddr, flags, ctx)
+		return a.insert("av insertsvc", sources{srcs: srcs}, fiAddr, flags, ctx)
 	}
 	return a.insertSym("av insertsvc", node, 1, service, 1, fiAddr, flags, ctx)
 }
@@ -73,7 +73,7 @@ func (a *AV) insertSym(op, node string, nodeCnt int, service string, svcCnt int,
 			srcs = append(srcs, source{ap: netip.AddrPortFrom(n.ip, port+uint16(s))})
 		}
 	}
-	return a.insert(op, srcs, fiAddr, flags, ctx)
+	return a.insert(op, sources{srcs: srcs}, fiAddr, flags, ctx)
 }
 
 type nodeAddr struct {

@@ -7,10 +7,13 @@
 package avtab
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,8 +37,9 @@ import (
 // take no lock: every read of a slot is a sequence-number read (ReadSlot),
 // which never returns one entry's key with another's value.
 //
-// The memory is not the Go heap's: an Table must not be used after
-// Close, which unmaps it.
+// The memory is not the Go heap's: a Table must not be used after Close,
+// which takes the table out of this process's memory. Lock-free readers
+// use a Reader instead, which stays safe to read after Close.
 type Table struct {
 	m     *ebpf.Map
 	mem   []byte
@@ -43,13 +48,42 @@ type Table struct {
 	hdr   *bpf.AVHdr
 	slots []bpf.AVSlot // 2 * nbuckets
 	aux   []bpf.AVAux  // cap
+	reg   *region      // the mapping's address range (nil for a copy)
+	rd    *Reader      // lock-free view of a mapping (nil for a copy)
+	pos   []uint32     // the Reader's slot hints, per index (see Reader)
+}
+
+// region is the address range a table is mapped at. It is given back
+// (munmap) only once no Table or Reader refers to it (runtime.AddCleanup):
+// Close replaces the table there by memory that reads as zeros, so that a
+// Reader still reading it never faults.
+type region struct {
+	addr unsafe.Pointer // not the Go heap's: it keeps nothing alive
+	size uintptr
+}
+
+func newRegion(addr unsafe.Pointer, size uintptr) *region {
+	r := &region{addr, size}
+	runtime.AddCleanup(r, func(r region) { _ = unix.MunmapPtr(r.addr, r.size) }, *r)
+	return r
+}
+
+// detach replaces the table's pages in the range by anonymous read-only
+// memory that reads as zeros, in one system call (mmap MAP_FIXED): a
+// reader on another thread sees the table or zeros, never a hole. The
+// process lets go of the map's memory now; the range itself goes with
+// the region.
+func (r *region) detach() error {
+	_, err := unix.MmapPtr(-1, 0, r.addr, r.size, unix.PROT_READ,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
+	return err
 }
 
 // Lines returns the geometry of a table for capacity indices
 // (rounded up to a multiple of 4, at least 64): its buckets, its capacity
 // and its lines (the array map holds them in elements of bpf.AVPageLines).
-// The forward index has 1.6 slots per index, so it is at most 5/8 full
-// when every index is in use.
+// The forward index has 5/4 slots per index, so at most 4/5 of its slots
+// are in use when every index is.
 func Lines(capacity uint32) (nbuckets, capa, lines uint32) {
 	capa = max(capacity, 64)
 	capa = min(capa, maxTableCap)
@@ -64,7 +98,8 @@ const maxTableCap = 1 << 30
 
 // New creates (but does not install: Install) an empty table for AV id
 // with room for capacity indices and a random hash seed. Its memory
-// follows capacity: 64 bytes per line, about 56 per index.
+// follows capacity: 64 bytes per line, about 56 per index (and 4 bytes
+// per index of Go heap for the Reader's slot hints).
 func New(dp *loader.Objects, id uint32, capacity uint32) (*Table, error) {
 	nb, capa, lines := Lines(capacity)
 	m, err := dp.NewAVTableMap(lines)
@@ -101,15 +136,18 @@ func mapTable(m *ebpf.Map, ro bool) (*Table, error) {
 	if !ro {
 		prot |= unix.PROT_WRITE
 	}
-	mem, err := unix.Mmap(m.FD(), 0, size, prot, unix.MAP_SHARED)
+	// MmapPtr, not Mmap: the range is given back by the region's
+	// cleanup (munmap of a pointer), not by unix.Munmap's bookkeeping.
+	addr, err := unix.MmapPtr(m.FD(), 0, nil, uintptr(size), prot, unix.MAP_SHARED)
 	if !ro && (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)) {
 		ro = true
-		mem, err = unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+		addr, err = unix.MmapPtr(m.FD(), 0, nil, uintptr(size), unix.PROT_READ, unix.MAP_SHARED)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("map AV table %v: %w", m, err)
 	}
-	t := &Table{m: m, mem: mem, ro: ro}
+	mem := unsafe.Slice((*byte)(addr), size)
+	t := &Table{m: m, mem: mem, ro: ro, reg: newRegion(addr, uintptr(size))}
 	t.hdr = (*bpf.AVHdr)(unsafe.Pointer(&mem[0]))
 	return t, nil
 }
@@ -126,22 +164,39 @@ func (t *Table) layout() error {
 	}
 	t.slots = unsafe.Slice((*bpf.AVSlot)(unsafe.Pointer(&t.mem[bpf.AVLine])), 2*int(nb))
 	t.aux = unsafe.Slice((*bpf.AVAux)(unsafe.Pointer(&t.mem[bpf.AVLine*(1+int(nb))])), int(capa))
+	if t.reg != nil {
+		t.pos = make([]uint32, capa)
+		t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg}
+	}
 	return nil
 }
 
-// Close unmaps the table and closes this process's handle. The table
-// lives on while xdpfab_avtab or a pin holds it. Closing a nil table
-// returns nil.
+// Close takes the table out of this process's memory and closes this
+// process's handle. The table lives on while xdpfab_avtab or a pin holds
+// it. A mapped table's pages are replaced by zeros at once (a Reader
+// still reading them misses); its address range is given back once no
+// Reader refers to it. Closing a nil table returns nil.
 func (t *Table) Close() error {
 	if t == nil || t.m == nil {
 		return nil
 	}
 	var err error
-	if !t.copy {
-		err = unix.Munmap(t.mem)
+	if t.reg != nil {
+		if err = t.reg.detach(); err != nil {
+			err = fmt.Errorf("AV table %v: replace the mapping: %w", t.m, err)
+		}
 	}
-	t.mem, t.hdr, t.slots, t.aux = nil, nil, nil, nil
+	t.mem, t.hdr, t.slots, t.aux, t.reg, t.rd, t.pos = nil, nil, nil, nil, nil, nil, nil
 	return errors.Join(err, t.m.Close())
+}
+
+// Reader returns the table's lock-free reader, nil for a copy (Open) or a
+// closed table.
+func (t *Table) Reader() *Reader {
+	if t == nil {
+		return nil
+	}
+	return t.rd
 }
 
 // Map is the table's array map.
@@ -164,7 +219,9 @@ func (t *Table) Live() uint32 { return atomic.LoadUint32(&t.hdr.Live) }
 func (t *Table) High() uint32 { return min(atomic.LoadUint32(&t.hdr.High), t.Cap()) }
 
 // SetHigh records the next never-used index. The caller holds Lock.
-func (t *Table) SetHigh(h uint32) { atomic.StoreUint32(&t.hdr.High, h) }
+// A plain store (see writeBegin): other processes read the mark under
+// the lock.
+func (t *Table) SetHigh(h uint32) { t.hdr.High = h }
 
 // Retired reports whether the table was replaced (growth): the current
 // one is in xdpfab_avtab; OpenTable opens it.
@@ -191,7 +248,7 @@ func (t *Table) SetRefcnt(idx, refcnt uint32) {
 	if idx >= uint32(len(t.aux)) {
 		return
 	}
-	atomic.StoreUint32(&t.aux[idx].Refcnt, refcnt)
+	t.aux[idx].Refcnt = refcnt // read under the lock only
 }
 
 // ReadSlot reads slot pos consistently: the sequence number before and
@@ -226,24 +283,6 @@ func (t *Table) ReadSlot(pos uint32) (s bpf.AVSlot, ok bool) {
 	return s, false
 }
 
-// writeBegin makes the sequence number at p odd, a value no reader saw
-// before, and returns it: from here on readers discard what they read of
-// what it guards. An atomic swap: a full barrier on every architecture Go
-// supports (XCHG, SWPAL), so no store of the write moves before it. A
-// number left odd by a writer that died mid-write goes to the next odd
-// value, not to an even one.
-func writeBegin(p *uint32) uint32 {
-	odd := (atomic.LoadUint32(p) + 1) | 1
-	atomic.SwapUint32(p, odd)
-	return odd
-}
-
-// writeEnd makes the number even again: readers may use what they read.
-// A release store: no store of the write moves after it.
-func writeEnd(p *uint32, odd uint32) {
-	atomic.StoreUint32(p, odd+1)
-}
-
 // SlotAddr returns slot s's source.
 func SlotAddr(s *bpf.AVSlot) bpf.Addr {
 	return bpf.Addr{Addr: s.Addr, Port: s.Port, Family: s.Family}
@@ -267,7 +306,12 @@ func (t *Table) Addr(idx uint32) (bpf.Addr, bool) {
 
 // buckets returns src's two buckets.
 func (t *Table) buckets(src *bpf.Addr) (b1, b2 uint32) {
-	return bpf.AVBuckets(bpf.AVHash(atomic.LoadUint64(&t.hdr.Seed), *src), uint32(len(t.slots)/2))
+	return bpf.AVBuckets(hashAddr(atomic.LoadUint64(&t.hdr.Seed), src), uint32(len(t.slots)/2))
+}
+
+// slotBuckets returns the two buckets of the source slot s holds.
+func (t *Table) slotBuckets(s *bpf.AVSlot) (b1, b2 uint32) {
+	return bpf.AVBuckets(hashSlot(atomic.LoadUint64(&t.hdr.Seed), s), uint32(len(t.slots)/2))
 }
 
 // Find returns the slot holding src and its contents. Like XDP, a reader
@@ -313,12 +357,39 @@ func (t *Table) probe(p *Probe) {
 	if p.ok && p.seed == seed {
 		return
 	}
-	p.b1, p.b2 = bpf.AVBuckets(bpf.AVHash(seed, p.src), uint32(len(t.slots)/2))
+	p.b1, p.b2 = bpf.AVBuckets(hashAddr(seed, &p.src), uint32(len(t.slots)/2))
 	p.seed, p.ok = seed, true
 }
 
 // NewProbe is a probe of src whose buckets LocateProbe or PlaceAt compute.
 func NewProbe(src bpf.Addr) Probe { return Probe{src: src} }
+
+// Reset makes p a probe of src whose buckets are not computed yet (as
+// NewProbe, in place).
+func (p *Probe) Reset(src *bpf.Addr) {
+	p.src, p.ok = *src, false
+}
+
+// ResetAddrPort is Reset(bpf.MakeAddr(ap)), written field by field: a
+// copy of the 20-byte address is two overlapping 16-byte stores, and the
+// loads that follow (the hash, the slot compares) would wait for them
+// (a store-forwarding stall) on every insert. TestResetAddrPort holds it
+// equal to bpf.MakeAddr.
+func (p *Probe) ResetAddrPort(ap netip.AddrPort) {
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		b := ip.As4()
+		p.src.Addr = [16]byte{b[0], b[1], b[2], b[3]}
+		p.src.Family = wire.AFInet
+	} else {
+		p.src.Addr = ip.As16()
+		p.src.Family = wire.AFInet6
+	}
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], ap.Port()) // the wire's order, as bpf.MakeAddr
+	p.src.Port = binary.NativeEndian.Uint16(port[:])
+	p.ok = false
+}
 
 // Addr is the probe's source.
 func (p *Probe) Addr() bpf.Addr { return p.src }
@@ -349,19 +420,17 @@ func (t *Table) LocateProbe(p *Probe) (pos uint32, found bool) {
 	return 0, false
 }
 
-// Touch starts loading src's two buckets into the cache (a prefetch: it
-// does not wait for them), for a writer about to insert it, and returns
-// the probe for LocateProbe: a batch touches the sources ahead of the one
-// it inserts, so that their cache misses overlap.
-func (t *Table) Touch(src *bpf.Addr) Probe {
-	p := Probe{src: *src}
+// Touch computes p's buckets and starts loading them into the cache (a
+// prefetch: it does not wait for them), for a writer about to insert p's
+// source (LocateProbe): a batch touches the sources ahead of the one it
+// inserts, so that their cache misses overlap.
+func (t *Table) Touch(p *Probe) {
 	if len(t.slots) == 0 || t.hdr == nil {
-		return p
+		return
 	}
-	t.probe(&p)
+	t.probe(p)
 	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b1])))
 	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b2])))
-	return p
 }
 
 // Slot returns slot pos's contents for a writer (plain reads; the caller
@@ -405,28 +474,82 @@ func (t *Table) PlaceAt(p *Probe, idx uint32, userID uint64, flags uint8, authKe
 	s := &t.slots[pos]
 	src := &p.src
 	seq := writeBegin(&s.Seq) // odd: XDP and readers skip the slot
-	atomic.StoreUint64(&x.UserId, userID)
-	atomic.StoreUint32(&x.Slot, pos)
-	atomic.StoreUint32(&x.Refcnt, 1)
+	x.UserId, x.Slot, x.Refcnt = userID, pos, 1
 	s.FiAddr, s.Addr, s.Port, s.Flags, s.AuthKey = idx, src.Addr, src.Port, flags, authKey
 	s.Family = src.Family
 	writeEnd(&s.Seq, seq) // even: the new entry
+	t.setHint(idx, pos)
 	t.hdr.Live++
 	return pos, nil
 }
 
 // maxPath bounds the breadth-first search for a free slot (buckets
-// visited): at the table's highest load (5/8) the path is a few moves.
+// visited): at the table's highest load (4/5 of its slots) the path is a
+// few moves.
 const maxPath = 256
 
 // freeSlot returns a free slot in bucket b1 or b2, moving entries to make
 // one if need be.
 func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
-	for _, p := range [4]uint32{2 * b1, 2*b1 + 1, 2 * b2, 2*b2 + 1} {
-		if t.slots[p].Family == 0 {
-			return p, true
+	// The emptier bucket: leaving room where there is less keeps the
+	// buckets even, so fewer inserts later find both of theirs full.
+	f0, f1 := t.slots[2*b1].Family == 0, t.slots[2*b1+1].Family == 0
+	f2, f3 := t.slots[2*b2].Family == 0, t.slots[2*b2+1].Family == 0
+	switch {
+	case f0 && f1:
+		return 2 * b1, true
+	case f2 && f3:
+		return 2 * b2, true
+	case f0:
+		return 2 * b1, true
+	case f1:
+		return 2*b1 + 1, true
+	case f2:
+		return 2 * b2, true
+	case f3:
+		return 2*b2 + 1, true
+	}
+	// Most full pairs need one move: one of the four entries to a free
+	// slot of its other bucket. Those four buckets are loaded together
+	// (their cache misses overlap), then looked at.
+	var alt [4]uint32
+	for k := range uint32(4) {
+		alt[k] = t.altBucket(k, b1, b2)
+		prefetch(uintptr(unsafe.Pointer(&t.slots[2*alt[k]])))
+	}
+	for k := range uint32(4) {
+		for j := range uint32(2) {
+			if free := 2*alt[k] + j; t.slots[free].Family == 0 {
+				from := 2*b1 + k
+				if k >= 2 {
+					from = 2*b2 + k - 2
+				}
+				moves := writeBegin(&t.hdr.Moves)
+				t.move(from, free)
+				writeEnd(&t.hdr.Moves, moves)
+				return from, true
+			}
 		}
 	}
+	return t.freePath(b1, b2)
+}
+
+// altBucket is the other bucket of the entry in slot k of the pair b1, b2
+// (0 and 1 in b1, 2 and 3 in b2).
+func (t *Table) altBucket(k, b1, b2 uint32) uint32 {
+	p, b := 2*b1+k, b1
+	if k >= 2 {
+		p, b = 2*b2+k-2, b2
+	}
+	a1, a2 := t.slotBuckets(&t.slots[p])
+	if a1 == b {
+		return a2
+	}
+	return a1
+}
+
+// freePath is freeSlot's search for a path of more than one move.
+func (t *Table) freePath(b1, b2 uint32) (uint32, bool) {
 	// Breadth first over buckets: node i is a bucket reached by moving
 	// the entry in slot from of its parent's bucket there.
 	type node struct {
@@ -448,9 +571,7 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 		n := queue[i]
 		for j := range uint32(2) {
 			p := 2*n.bucket + j
-			e := &t.slots[p]
-			src := SlotAddr(e)
-			a1, a2 := t.buckets(&src)
+			a1, a2 := t.slotBuckets(&t.slots[p])
 			alt := a1
 			if alt == n.bucket {
 				alt = a2
@@ -477,6 +598,13 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 	return 0, false
 }
 
+// setHint records pos as index idx's slot for the Reader (noHint: none).
+func (t *Table) setHint(idx, pos uint32) {
+	if idx < uint32(len(t.pos)) {
+		storeHint(&t.pos[idx], pos+1)
+	}
+}
+
 // move copies the entry in slot from to the free slot to, then frees
 // from: the entry is in one of them at every instant.
 func (t *Table) move(from, to uint32) {
@@ -486,7 +614,8 @@ func (t *Table) move(from, to uint32) {
 	d.Family = f.Family
 	writeEnd(&d.Seq, seq)
 	if idx := f.FiAddr; idx < uint32(len(t.aux)) {
-		atomic.StoreUint32(&t.aux[idx].Slot, to)
+		t.aux[idx].Slot = to
+		t.setHint(idx, to)
 	}
 	seq = writeBegin(&f.Seq)
 	f.Family = 0
@@ -502,7 +631,7 @@ func (t *Table) Update(pos uint32, userID uint64, flags uint8) {
 	}
 	s := &t.slots[pos]
 	seq := writeBegin(&s.Seq)
-	atomic.StoreUint64(&t.aux[s.FiAddr].UserId, userID)
+	t.aux[s.FiAddr].UserId = userID
 	s.Flags = flags
 	writeEnd(&s.Seq, seq)
 }
@@ -521,9 +650,8 @@ func (t *Table) Remove(pos uint32) {
 	writeEnd(&s.Seq, seq)
 	if idx < uint32(len(t.aux)) {
 		x := &t.aux[idx]
-		atomic.StoreUint32(&x.Refcnt, 0)
-		atomic.StoreUint32(&x.Slot, 0)
-		atomic.StoreUint64(&x.UserId, 0)
+		x.Refcnt, x.Slot, x.UserId = 0, 0, 0
+		t.setHint(idx, noHint)
 	}
 	t.hdr.Live--
 }
