@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/prefetch"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
@@ -429,8 +430,8 @@ func (t *Table) Touch(p *Probe) {
 		return
 	}
 	t.probe(p)
-	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b1])))
-	prefetch(uintptr(unsafe.Pointer(&t.slots[2*p.b2])))
+	prefetch.Line(uintptr(unsafe.Pointer(&t.slots[2*p.b1])))
+	prefetch.Line(uintptr(unsafe.Pointer(&t.slots[2*p.b2])))
 }
 
 // Slot returns slot pos's contents for a writer (plain reads; the caller
@@ -515,7 +516,7 @@ func (t *Table) freeSlot(b1, b2 uint32) (uint32, bool) {
 	var alt [4]uint32
 	for k := range uint32(4) {
 		alt[k] = t.altBucket(k, b1, b2)
-		prefetch(uintptr(unsafe.Pointer(&t.slots[2*alt[k]])))
+		prefetch.Line(uintptr(unsafe.Pointer(&t.slots[2*alt[k]])))
 	}
 	for k := range uint32(4) {
 		for j := range uint32(2) {
