@@ -48,8 +48,8 @@ type AV struct {
 	insErrnos []fi.Errno
 
 	// fast is the lock-free readers' view of tab (Lookup, LookupAddr,
-	// Resolve, SourceOf): set with tab, nil while the AV is closed or its
-	// table is a copy. Readers load it and read the table without a lock
+	// Resolve, SourceOf): set with tab (for a copy, again at each
+	// refresh), nil while the AV is closed. Readers load it and read the table without a lock
 	// or a locked instruction; whatever they miss they ask again under
 	// the lock (see avtab.Reader for why a Reader may outlive its table).
 	fast atomic.Pointer[avtab.Reader]
@@ -548,6 +548,7 @@ func (a *AV) load(m bpf.AVMeta) error {
 		if err := a.tab.Refresh(); err != nil {
 			return fmt.Errorf("read AV %d: %w", a.id, err)
 		}
+		a.fast.Store(a.tab.Reader()) // a copy's new reader (a mapping's is the same)
 	}
 	if a.tab == nil || a.tab.Retired() {
 		t, err := avtab.Open(a.dp, a.id, a.readOnly)

@@ -165,10 +165,11 @@ func (t *Table) layout() error {
 	}
 	t.slots = unsafe.Slice((*bpf.AVSlot)(unsafe.Pointer(&t.mem[bpf.AVLine])), 2*int(nb))
 	t.aux = unsafe.Slice((*bpf.AVAux)(unsafe.Pointer(&t.mem[bpf.AVLine*(1+int(nb))])), int(capa))
-	if t.reg != nil {
-		t.pos = make([]uint32, capa)
-		t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg}
-	}
+	// A copy's memory is never written after Refresh made it (a refresh
+	// makes new memory and a new Reader), so its Reader is as safe
+	// without a lock as a mapping's.
+	t.pos = make([]uint32, capa)
+	t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg}
 	return nil
 }
 
@@ -191,8 +192,8 @@ func (t *Table) Close() error {
 	return errors.Join(err, t.m.Close())
 }
 
-// Reader returns the table's lock-free reader, nil for a copy (Open) or a
-// closed table.
+// Reader returns the table's lock-free reader (for a copy, of the copy as
+// the last Refresh made it), nil for a closed table.
 func (t *Table) Reader() *Reader {
 	if t == nil {
 		return nil

@@ -288,3 +288,48 @@ func TestReaderConcurrentWriter(t *testing.T) {
 	}
 	t.Logf("%d reads", reads.Load())
 }
+
+// A copy of a table (what a process that cannot map it reads) has a Reader
+// too: lock-free lookups through an application's view cost no system call
+// and no lock. It reads the copy as the last Refresh made it; a refresh
+// makes a new Reader, and the old one keeps reading the old copy.
+func TestCopyReader(t *testing.T) {
+	dp := load(t)
+	w := install(t, dp, 4, 64)
+	a, b := addr(1), addr6(2)
+	if _, err := w.Place(&a, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	w.SetHigh(1)
+	c, err := copyTable(w.Map())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.layout(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.Reader()
+	if !c.Copied() || r == nil {
+		t.Fatalf("copy %v, reader %v", c.Copied(), r)
+	}
+	if got, ok := r.Addr(0); !ok || got != a {
+		t.Fatalf("copy's reader: %v %v", got.AddrPort(), ok)
+	}
+	if _, err := w.Place(&b, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	w.SetHigh(2)
+	if _, ok := r.Addr(1); ok {
+		t.Error("the copy's reader saw an insert made after the copy")
+	}
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := c.Reader()
+	if got, ok := r2.Addr(1); r2 == r || !ok || got != b {
+		t.Errorf("after Refresh: new reader %v, %v %v", r2 != r, got.AddrPort(), ok)
+	}
+	if got, ok := r.Addr(0); !ok || got != a {
+		t.Errorf("the old reader after Refresh: %v %v", got.AddrPort(), ok)
+	}
+}
