@@ -293,13 +293,13 @@ func (u *UMEM) TxOffset() uint64 {
 // when the UMEM has no TX metadata or addr is too close to its frame's
 // start.
 func (u *UMEM) TxChecksum(addr uint64, csumStart, csumOffset uint16) bool {
-	if u == nil || u.mem == nil || !u.txmd.Load() || addr-u.FrameAddr(addr) < TxMetadataLen {
+	if u == nil || u.mem == nil || !u.txmd.Load() || addr > uint64(len(u.mem)) || addr-u.FrameAddr(addr) < TxMetadataLen {
 		return false
 	}
-	m := u.mem[addr-TxMetadataLen : addr]
-	binary.LittleEndian.PutUint64(m[0:], txmdFlagsChecksum)
-	binary.LittleEndian.PutUint16(m[8:], csumStart)
-	binary.LittleEndian.PutUint16(m[10:], csumOffset)
+	m := u.mem[addr-TxMetadataLen : addr] // the kernel's struct, in host order
+	binary.NativeEndian.PutUint64(m[0:], txmdFlagsChecksum)
+	binary.NativeEndian.PutUint16(m[8:], csumStart)
+	binary.NativeEndian.PutUint16(m[10:], csumOffset)
 	clear(m[12:])
 	return true
 }
