@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
 )
 
 // benchAddr gives 2^24 distinct addresses.
@@ -224,18 +225,7 @@ func BenchmarkSection4(b *testing.B) {
 		})
 	}
 	b.Run("lookup1M", func(b *testing.B) {
-		a := openAV(b, dp, av.Attr{Count: bulk})
-		addrs := make([]netip.AddrPort, bulk)
-		for i := range addrs {
-			addrs[i] = s4Addr(i)
-		}
-		ids := make([]fi.Addr, bulk)
-		for i := 0; i < bulk; i += 1024 {
-			k := min(1024, bulk-i)
-			if _, err := a.Insert(addrs[i:i+k], ids[i:i+k], 0, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
+		a, ids := bulkAV(b, dp, bulk)
 		order := make([]fi.Addr, 1<<20)
 		x := uint32(12345)
 		for i := range order {
@@ -257,25 +247,14 @@ func BenchmarkSection4(b *testing.B) {
 		b.ReportMetric(0, "ns/op")
 	})
 	b.Run("lookup1Mreader", func(b *testing.B) {
-		a := openAV(b, dp, av.Attr{Count: bulk})
-		addrs := make([]netip.AddrPort, bulk)
-		for i := range addrs {
-			addrs[i] = s4Addr(i)
-		}
-		ids := make([]fi.Addr, bulk)
-		for i := 0; i < bulk; i += 1024 {
-			k := min(1024, bulk-i)
-			if _, err := a.Insert(addrs[i:i+k], ids[i:i+k], 0, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
+		a, ids := bulkAV(b, dp, bulk)
 		order := make([]uint32, 1<<20)
 		x := uint32(12345)
 		for i := range order {
 			x = x*1103515245 + 12345
 			order[i] = uint32(ids[(x>>8)%bulk])
 		}
-		addrs, ids = nil, nil
+		ids = nil
 		runtime.GC()
 		buf := make([]byte, 28)
 		r := av.FastReader(a)
@@ -289,6 +268,24 @@ func BenchmarkSection4(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(order)), "ns/lookup")
 		b.ReportMetric(0, "ns/op")
 	})
+}
+
+// bulkAV opens an AV of n addresses (s4Addr), inserted 1024 per call,
+// and returns it with their fi_addrs.
+func bulkAV(b *testing.B, dp *loader.Objects, n int) (*av.AV, []fi.Addr) {
+	a := openAV(b, dp, av.Attr{Count: n})
+	addrs := make([]netip.AddrPort, n)
+	for i := range addrs {
+		addrs[i] = s4Addr(i)
+	}
+	ids := make([]fi.Addr, n)
+	for i := 0; i < n; i += 1024 {
+		k := min(1024, n-i)
+		if _, err := a.Insert(addrs[i:i+k], ids[i:i+k], 0, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return a, ids
 }
 
 // BenchmarkSection4Floor is BenchmarkSection4's insert and remove cases
