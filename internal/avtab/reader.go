@@ -229,7 +229,7 @@ func (r *Reader) find(src *bpf.Addr) (s bpf.AVSlot, userID uint64, ok bool) {
 	if nb == 0 {
 		return s, 0, false
 	}
-	b1, b2 := bpf.AVBuckets(bpf.AVHash(atomic.LoadUint64(&r.hdr.Seed), *src), nb)
+	b1, b2 := bpf.AVBuckets(hashAddr(atomic.LoadUint64(&r.hdr.Seed), src), nb)
 	for try := 0; try < 1000; try++ {
 		moves := atomic.LoadUint32(&r.hdr.Moves)
 		for _, pos := range [4]uint32{2 * b1, 2*b1 + 1, 2 * b2, 2*b2 + 1} {
