@@ -2,7 +2,6 @@ package wire
 
 // Internals for the package's tests and benchmarks.
 var (
-	CopySum = copySum
-	Sum64   = sum64
-	Fold64  = fold64
+	Sum64  = sum64
+	Fold64 = fold64
 )

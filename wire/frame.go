@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"math/bits"
 	"net/netip"
 )
 
@@ -162,14 +161,12 @@ func (f *Frame) Put(b []byte) int {
 	case !f.NoHdr:
 		p += PutHdr(u[p:], f.Hdr)
 	}
+	copy(u[p:], f.Payload)
 	switch {
 	case f.PartialUDPCsum:
-		copy(u[p:], f.Payload)
 		binary.BigEndian.PutUint16(u[6:], fold(pseudoSum(f, udpLen, proto)))
 	case !v4 || !f.NoUDPCsum:
-		binary.BigEndian.PutUint16(u[6:], udpChecksum(f, u[:udpLen], p, proto))
-	default:
-		copy(u[p:], f.Payload)
+		binary.BigEndian.PutUint16(u[6:], udpChecksum(f, u[:udpLen], proto))
 	}
 	return n
 }
@@ -179,19 +176,10 @@ func (f *Frame) Put(b []byte) int {
 // checksum is right, 0.
 func IPv4Checksum(h []byte) uint16 { return ^fold(sum(h, 0)) }
 
-// udpChecksum copies f.Payload to udp[p:] and returns the UDP checksum of
-// udp (header with a zero checksum field, xdpfab header, payload) with its
-// pseudo-header: the payload is summed on its way into the frame.
-func udpChecksum(f *Frame, udp []byte, p int, proto uint8) uint16 {
-	acc := pseudoSum(f, len(udp), proto)
-	if p%2 == 0 {
-		acc = sum(udp[:p], acc)
-		acc += uint32(bits.ReverseBytes16(fold64(copySum(udp[p:], f.Payload, 0))))
-	} else { // a raw header of odd length (tests): words straddle the payload
-		copy(udp[p:], f.Payload)
-		acc = sum(udp, acc)
-	}
-	c := ^fold(acc)
+// udpChecksum returns the UDP checksum of udp (header with a zero checksum
+// field, xdpfab header, payload) with its pseudo-header.
+func udpChecksum(f *Frame, udp []byte, proto uint8) uint16 {
+	c := ^fold(sum(udp, pseudoSum(f, len(udp), proto)))
 	if c == 0 {
 		c = 0xffff
 	}
