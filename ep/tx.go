@@ -257,21 +257,21 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 	if report && len(e.waiting) > 0 {
 		return errTxCQFull
 	}
-	if t.alloc() == 0 {
-		t.kick()
-		return errNoFrame
-	}
-	addr := t.addrs[0] + t.txOff
 	fr := wire.Frame{SrcMAC: hop.SrcMAC, DstMAC: hop.DstMAC, Src: src, Dst: peer, Hdr: hdr, Payload: buf,
 		PartialUDPCsum: t.csumOffload}
+	var addr uint64
 	if fr.Len() > t.umem.FrameSize()-int(t.txOff) {
-		// A jumbo frame: addr goes back, a chain takes its place.
-		t.umem.Free(addr)
+		// A jumbo frame: a chain of frames.
 		var err error
 		if addr, err = t.sendChain(&fr); err != nil {
 			return err
 		}
 	} else {
+		if t.alloc() == 0 {
+			t.kick()
+			return errNoFrame
+		}
+		addr = t.addrs[0] + t.txOff
 		n := fr.Put(t.umem.Frame(addr))
 		t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
 		t.checksum(&fr, t.umem.Frame(addr), &t.descs[0])
