@@ -95,16 +95,16 @@ const (
 // AVHash is the XDP program's av_hash of source a under seed: a's two
 // buckets among nbuckets are AVBuckets(AVHash(seed, a), nbuckets).
 func AVHash(seed uint64, a Addr) uint64 {
-	return AVHashOf(seed, &a.Addr, a.Port, a.Family)
+	return AVHashWords(seed, binary.NativeEndian.Uint64(a.Addr[0:8]), binary.NativeEndian.Uint64(a.Addr[8:16]),
+		uint64(a.Port)|uint64(a.Family)<<16)
 }
 
-// AVHashOf is AVHash of the source (addr, port, family), read in place:
-// for callers holding it in another struct (an AV slot), or on a hot path
-// where copying an Addr to pass it by value costs a store-forwarding stall.
-func AVHashOf(seed uint64, addr *[16]byte, port uint16, family uint8) uint64 {
-	w0 := binary.NativeEndian.Uint64(addr[0:8])
-	w1 := binary.NativeEndian.Uint64(addr[8:16])
-	w2 := uint64(port) | uint64(family)<<16
+// AVHashWords is AVHash of a source given as the XDP program reads it: its
+// address as two 64-bit words in host order (w0, w1) and its port and
+// family as a third (port | family<<16). For callers that hold the source
+// in another struct (an AV slot), or on a hot path where passing an Addr
+// by value costs a store-forwarding stall.
+func AVHashWords(seed, w0, w1, w2 uint64) uint64 {
 	return avMix(avMix(avMix(seed, w0), w1), w2)
 }
 

@@ -294,6 +294,7 @@ func funcs() map[string]any {
 		"bpf.MakeAddr":     bpf.MakeAddr,
 		"bpf.ObjectSHA256": bpf.ObjectSHA256,
 		"bpf.AVHash":       bpf.AVHash,
+		"bpf.AVHashWords":  bpf.AVHashWords,
 		"bpf.AVBuckets":    bpf.AVBuckets,
 	}
 }
