@@ -48,7 +48,7 @@ func refSum(b []byte, acc uint32) uint32 {
 	return acc
 }
 
-// Put's checksum (summed in 64-bit words, fused with the payload copy)
+// Put's checksum (summed in 64-bit words after the payload copy)
 // verifies under the reference loop for every length and alignment, both
 // families, with raw headers of odd length, and random bytes.
 func TestPutChecksum(t *testing.T) {
