@@ -573,17 +573,19 @@ const lazyRefill = 4
 // flushLazy is flush for batches larger than lazyRefill, and for a sharing
 // domain's endpoint (whose frames the agent accounts for) at once.
 func (c *rxCtx) flushLazy() {
-	for q, addrs := range c.refill {
-		if len(addrs) > lazyRefill || len(addrs) > 0 && c.ep.dev.share != nil {
-			c.ep.dev.refill(q, addrs)
-			c.refill[q] = addrs[:0]
-		}
+	if c.ep.dev.share != nil {
+		c.flushOver(0)
+	} else {
+		c.flushOver(lazyRefill)
 	}
 }
 
-func (c *rxCtx) flush() {
+func (c *rxCtx) flush() { c.flushOver(0) }
+
+// flushOver refills each queue for which more than keep frames wait.
+func (c *rxCtx) flushOver(keep int) {
 	for q, addrs := range c.refill {
-		if len(addrs) > 0 {
+		if len(addrs) > keep {
 			c.ep.dev.refill(q, addrs)
 			c.refill[q] = addrs[:0]
 		}
