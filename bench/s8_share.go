@@ -109,6 +109,9 @@ func runShare(r *results, cfg *config) error {
 	defer stopUDP()
 	for _, kind := range shareKinds {
 		for _, n := range shareApps {
+			if !cfg.want(fmt.Sprintf("%s/%d", kind, n)) {
+				continue
+			}
 			var aggs, p50s, p99s []float64
 			for range cfg.reps {
 				var res []shareResult
@@ -366,7 +369,11 @@ func pingLoop(dur time.Duration, send func() error, poll func() (bool, error)) (
 				break
 			}
 			if spins&1 == 1 {
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				// Raw: a sched_yield through the runtime's system-call
+				// path lets its monitor take the processor away and wake
+				// another thread whenever the yield lasts (it does, with
+				// N processes on the CPU): docs/platform.md#raw-system-calls-for-kicks.
+				unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			}
 			if spins&4095 == 4095 && time.Now().After(end.Add(5*time.Second)) {
 				return shareResult{}, errors.New("no reply")
