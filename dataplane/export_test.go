@@ -58,3 +58,16 @@ func (s *Socket) FillRingForTest() []uint64 {
 	}
 	return out
 }
+
+// OtherProcessForTest is s as another process of a sharing domain sees
+// it: the same ring memory, indices cached on its own.
+func (s *Socket) OtherProcessForTest() *Socket {
+	q := *s.q
+	return &Socket{q: &q, queue: s.queue}
+}
+
+// CompIndicesForTest returns the completion ring's producer and consumer
+// indices.
+func (s *Socket) CompIndicesForTest() (prod, cons uint32) {
+	return s.q.comp.producer.Load(), s.q.comp.consumer.Load()
+}

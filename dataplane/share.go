@@ -490,7 +490,11 @@ func (b *ShareBlock) Complete(slot int, s *Socket, out []uint64) int {
 	} else {
 		l.holder.Store(me)
 	}
-	c.cachedCons = c.consumer.Load()
+	// Both indices afresh: other processes moved the consumer index since
+	// this one last looked, possibly past the producer index it cached
+	// (the difference would wrap, and the drain would read the ring's
+	// stale entries as completions).
+	c.cachedProd, c.cachedCons = c.producer.Load(), c.consumer.Load()
 	avail := c.avail(c.size)
 	var i uint32
 	for ; i < avail && n < len(out); i++ {
