@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdpfab/xdpfab/av"
@@ -69,7 +71,11 @@ func runShare(r *results, cfg *config) error {
 		apps = append(apps, netip.AddrPortFrom(bd.A.IPv4, uint16(sharePort+i)))
 		echoes = append(echoes, netip.AddrPortFrom(bd.B.IPv4, uint16(sharePort+i)))
 	}
-	stopEcho, err := shareEcho(cfg, bd.B, echoes, apps)
+	// Each echo serves only while its own kind runs: both spin on CPU 0,
+	// and two spinning threads on one CPU would take turns of a scheduler
+	// slice (milliseconds), each stalling the other's replies.
+	xdpGate, udpGate := newGate(), newGate()
+	stopEcho, err := shareEcho(cfg, bd.B, echoes, apps, xdpGate)
 	if err != nil {
 		return fmt.Errorf("echo: %w", err)
 	}
@@ -102,12 +108,15 @@ func runShare(r *results, cfg *config) error {
 	for i := range udpEchoes {
 		udpEchoes[i] = netip.AddrPortFrom(bd.B.IPv4, uint16(sharePort+100+i))
 	}
-	stopUDP, err := shareUDPEcho(cfg, bd.B, udpEchoes)
+	stopUDP, err := shareUDPEcho(cfg, bd.B, udpEchoes, udpGate)
 	if err != nil {
 		return fmt.Errorf("udp echo: %w", err)
 	}
 	defer stopUDP()
 	for _, kind := range shareKinds {
+		xdp := strings.HasPrefix(kind, "xdpfab")
+		xdpGate.set(xdp)
+		udpGate.set(!xdp)
 		for _, n := range shareApps {
 			if !cfg.want(fmt.Sprintf("%s/%d", kind, n)) {
 				continue
@@ -149,7 +158,7 @@ func runShare(r *results, cfg *config) error {
 
 // shareEcho serves every echo endpoint from one thread pinned to
 // cfg.cpuLoad: each answers its own application.
-func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort) (stop func(), err error) {
+func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort, g *gate) (stop func(), err error) {
 	dp, err := loader.Load(loader.Config{AVEntries: 1024, MaxAVs: 64})
 	if err != nil {
 		return nil, err
@@ -208,6 +217,10 @@ func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort) (st
 				return nil
 			default:
 			}
+			if !g.open() {
+				g.wait(quit)
+				continue
+			}
 			for _, x := range eps {
 				if n, _ := x.rx.Read(ent[:]); n == 1 {
 					for x.e.Inject(x.buf[:ent[0].Len], 0) != nil {
@@ -219,6 +232,45 @@ func shareEcho(cfg *config, h *testbed.Host, locals, peers []netip.AddrPort) (st
 		}
 	})
 	return func() { close(quit); <-done; closeAll() }, nil
+}
+
+// gate pauses a spinning echo loop: closed, the loop sleeps until it
+// opens or the loop is told to quit.
+type gate struct {
+	on atomic.Bool
+	mu sync.Mutex
+	ch chan struct{} // closed when the gate opens
+}
+
+func newGate() *gate { return &gate{ch: make(chan struct{})} }
+
+func (g *gate) open() bool { return g.on.Load() }
+
+func (g *gate) set(on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if on == g.on.Load() {
+		return
+	}
+	g.on.Store(on)
+	if on {
+		close(g.ch)
+	} else {
+		g.ch = make(chan struct{})
+	}
+}
+
+func (g *gate) wait(quit <-chan struct{}) {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if g.on.Load() {
+		return
+	}
+	select {
+	case <-ch:
+	case <-quit:
+	}
 }
 
 // shareRun starts one application process per address (pinned to
@@ -385,12 +437,17 @@ func pingLoop(dur time.Duration, send func() error, poll func() (bool, error)) (
 	if len(rtts) == 0 {
 		return shareResult{}, errors.New("no round trip in the run")
 	}
+	var sum time.Duration
+	for _, x := range rtts {
+		sum += x
+	}
+	fmt.Fprintln(os.Stderr, "MEAN", us(sum/time.Duration(len(rtts))), "P90", us(percentile(rtts, 0.9)), "P999", us(percentile(rtts, 0.999)), "SUM", sum, "N", len(rtts))
 	return shareResult{Count: len(rtts), P50: us(percentile(rtts, 0.5)), P99: us(percentile(rtts, 0.99))}, nil
 }
 
 // shareUDPEcho answers every datagram on the given addresses from one
 // thread pinned to cfg.cpuLoad (non-blocking sockets, polled in turn).
-func shareUDPEcho(cfg *config, h *testbed.Host, locals []netip.AddrPort) (stop func(), err error) {
+func shareUDPEcho(cfg *config, h *testbed.Host, locals []netip.AddrPort, g *gate) (stop func(), err error) {
 	var fds []int
 	closeAll := func() {
 		for _, fd := range fds {
@@ -422,6 +479,10 @@ func shareUDPEcho(cfg *config, h *testbed.Host, locals []netip.AddrPort) (stop f
 			case <-quit:
 				return nil
 			default:
+			}
+			if !g.open() {
+				g.wait(quit)
+				continue
 			}
 			for _, fd := range fds {
 				if n, from, err := unix.Recvfrom(fd, buf, 0); err == nil {
