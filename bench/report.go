@@ -680,8 +680,8 @@ func reportAV(d *doc) {
 	d.p("")
 	d.table([]string{"", "bytes per entry"}, [][]string{
 		{"xdpfab, kernel: the AV's table (forward index and per-index entries), fdinfo memlock ÷ entries", d.v("av/mem/kernel/xdpfab", 1)},
-		{"xdpfab, Go heap growth of the process (bulk, after GC)", d.v("av/mem/heap/xdpfab", 1)},
-		{"xdpfab, kernel + Go heap", d.v("av/mem/total/xdpfab", 1)},
+		{"xdpfab, the process's growth (bulk, after GC): Go heap plus the slot hints' own mapping (huge pages from 512Ki entries)", d.v("av/mem/heap/xdpfab", 1)},
+		{"xdpfab, kernel + process", d.v("av/mem/total/xdpfab", 1)},
 		{"libfabric udp, heap growth (mallinfo2, bulk)", d.v("av/mem/heap/libfabric", 1)},
 	})
 	var cats []string

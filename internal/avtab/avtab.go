@@ -52,6 +52,7 @@ type Table struct {
 	reg   *region      // the mapping's address range (nil for a copy)
 	rd    *Reader      // lock-free view of a mapping (nil for a copy)
 	pos   []uint32     // the Reader's slot hints, per index (see Reader)
+	hints *region      // pos's memory when it is not the Go heap's (newHints)
 }
 
 // region is the address range a table is mapped at. It is given back
@@ -100,7 +101,7 @@ const maxTableCap = 1 << 30
 // New creates (but does not install: Install) an empty table for AV id
 // with room for capacity indices and a random hash seed. Its memory
 // follows capacity: 64 bytes per line, about 56 per index (and 4 bytes
-// per index of Go heap for the Reader's slot hints).
+// per index for the Reader's slot hints: newHints).
 func New(dp *loader.Objects, id uint32, capacity uint32) (*Table, error) {
 	nb, capa, lines := Lines(capacity)
 	m, err := dp.NewAVTableMap(lines)
@@ -168,8 +169,8 @@ func (t *Table) layout() error {
 	// A copy's memory is never written after Refresh made it (a refresh
 	// makes new memory and a new Reader), so its Reader is as safe
 	// without a lock as a mapping's.
-	t.pos = make([]uint32, capa)
-	t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg}
+	t.pos, t.hints = newHints(int(capa))
+	t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg, hints: t.hints}
 	return nil
 }
 
@@ -188,7 +189,7 @@ func (t *Table) Close() error {
 			err = fmt.Errorf("AV table %v: replace the mapping: %w", t.m, err)
 		}
 	}
-	t.mem, t.hdr, t.slots, t.aux, t.reg, t.rd, t.pos = nil, nil, nil, nil, nil, nil, nil
+	t.mem, t.hdr, t.slots, t.aux, t.reg, t.rd, t.pos, t.hints = nil, nil, nil, nil, nil, nil, nil, nil
 	return errors.Join(err, t.m.Close())
 }
 

@@ -30,6 +30,7 @@ type Reader struct {
 	aux   []bpf.AVAux
 	pos   []uint32 // per index: a hint of its slot, + 1 (0: none); see read
 	reg   *region
+	hints *region // pos's memory, when not the Go heap's
 }
 
 // noHint as setHint's slot: the index has none (its hint becomes 0).

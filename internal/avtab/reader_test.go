@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/fi"
@@ -332,4 +333,71 @@ func TestCopyReader(t *testing.T) {
 	if got, ok := r.Addr(0); !ok || got != a {
 		t.Errorf("the old reader after Refresh: %v %v", got.AddrPort(), ok)
 	}
+}
+
+// A large table's slot hints live in a mapping of their own, advised into
+// huge pages: the Reader reads through them, the mapping is counted
+// (HintBytes) and given back once no Table or Reader refers to it.
+func TestHugeHints(t *testing.T) {
+	dp := load(t)
+	before := HintBytes()
+	w, err := New(dp, 6, hugeHints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := HintBytes() - before; got != hugePage {
+		t.Errorf("a table of %d indices maps %d bytes of hints, want %d", hugeHints, got, hugePage)
+	}
+	for i := range 64 {
+		a := addr(i)
+		if _, err := w.Place(&a, uint32(i*8191), uint64(i), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := w.Reader()
+	for i := range 64 {
+		if got, ok := r.Addr(uint32(i * 8191)); !ok || got != addr(i) {
+			t.Errorf("index %d reads %v, %v; want %v", i*8191, got.AddrPort(), ok, addr(i).AddrPort())
+		}
+	}
+	base := uintptr(unsafe.Pointer(&r.pos[0]))
+	if flags := vmFlags(t, base); !strings.Contains(" "+flags+" ", " hg ") {
+		t.Errorf("the hints' mapping has VmFlags %q, want hg (MADV_HUGEPAGE)", flags)
+	}
+	w.Close()
+	w = nil
+	runtime.KeepAlive(r)
+	r = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for mapped(t, base) || HintBytes() != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("hints still mapped (%d bytes counted) with no Table or Reader left", HintBytes()-before)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// vmFlags returns the VmFlags line of the mapping that holds p
+// (/proc/self/smaps).
+func vmFlags(t *testing.T, p uintptr) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		var lo, hi uintptr
+		if rng, _, _ := strings.Cut(line, " "); strings.Contains(rng, "-") {
+			if _, err := fmt.Sscanf(rng, "%x-%x", &lo, &hi); err == nil {
+				in = p >= lo && p < hi
+				continue
+			}
+		}
+		if v, ok := strings.CutPrefix(line, "VmFlags:"); ok && in {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
