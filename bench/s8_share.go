@@ -437,11 +437,6 @@ func pingLoop(dur time.Duration, send func() error, poll func() (bool, error)) (
 	if len(rtts) == 0 {
 		return shareResult{}, errors.New("no round trip in the run")
 	}
-	var sum time.Duration
-	for _, x := range rtts {
-		sum += x
-	}
-	fmt.Fprintln(os.Stderr, "MEAN", us(sum/time.Duration(len(rtts))), "P90", us(percentile(rtts, 0.9)), "P999", us(percentile(rtts, 0.999)), "SUM", sum, "N", len(rtts))
 	return shareResult{Count: len(rtts), P50: us(percentile(rtts, 0.5)), P99: us(percentile(rtts, 0.99))}, nil
 }
 
