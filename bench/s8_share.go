@@ -537,7 +537,8 @@ func reportShare(d *doc) {
 		"queue: all N are in one sharing domain (one UMEM, the queue's fill and completion rings taken in turns "+
 		"through the domain's shared block, docs/ARCHITECTURE.md). Each plays 64-byte ping-pong with an endpoint "+
 		"of its own on host B, where one thread (CPU %s) serves all of them; the N applications share CPU %s "+
-		"(taskset) and give it up (sched_yield) while they wait. Each repetition runs %s. Load average at the "+
+		"(taskset) and give it up (a raw sched_yield system call: docs/platform.md#raw-system-calls-for-kicks) "+
+		"while they wait; host B's echo for the other kind of run is parked meanwhile. Each repetition runs %s. Load average at the "+
 		"start and end of the section: %s, %s.",
 		d.r.Setup["cpu_load"], d.r.Setup["cpu_measure"], orNA(d.r.Setup["share_duration"]),
 		orNA(d.r.Setup["share_loadavg_start"]), orNA(d.r.Setup["share_loadavg_end"]))
