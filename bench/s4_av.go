@@ -179,20 +179,42 @@ func runAV(r *results, cfg *config) error {
 		r.add("av", "av/remove/"+c.key+"/xdpfab", "ops/s", rem, lbl("xdpfab", c.key))
 		fmt.Printf("  xdpfab %-12s insert %9.0f/s remove %9.0f/s\n", c.key, median(ins), median(rem))
 	}
+	// The bulk runs, xdpfab's and libfabric's in turns (one of each per
+	// repetition), so that drift of the machine (memory latency above
+	// all: the random lookups miss in the caches and the TLB) shows in
+	// both alike.
+	var bd *testbed.Bed
+	if cfg.fiav == "" {
+		r.note("av", "libfabric peer skipped: no -fiav helper given")
+	} else {
+		var down func()
+		if bd, down, err = testbed.Up(testbed.Options{StaticNeighbors: true}); err != nil {
+			return err
+		}
+		defer down()
+	}
 	var ins, rem, heap, kern, lookup []float64
-	err = onThread(nil, cfg.cpuMeasure, func() error {
-		for range cfg.reps {
+	var outs []map[string]fiavOut
+	for range cfg.reps {
+		err = onThread(nil, cfg.cpuMeasure, func() error {
 			run, err := xdpfabAVRun(dp, bulk, 1024, 1024, false, true)
 			if err != nil {
 				return fmt.Errorf("bulk: %w", err)
 			}
 			ins, rem, heap, kern = append(ins, run.ins), append(rem, run.rem), append(heap, run.heap), append(kern, run.kern)
 			lookup = append(lookup, run.lookupNs)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+		if bd != nil {
+			o, err := fiavRun(r, cfg, bd, small, bulk)
+			if err != nil {
+				return err
+			}
+			outs = append(outs, o)
+		}
 	}
 	r.add("av", "av/insert/bulk/xdpfab", "ops/s", ins, lbl("xdpfab", "bulk"))
 	r.add("av", "av/remove/bulk/xdpfab", "ops/s", rem, lbl("xdpfab", "bulk"))
@@ -212,43 +234,8 @@ func runAV(r *results, cfg *config) error {
 	r.add("av", "av/mem/total/xdpfab", "B/entry", total, lbl("xdpfab", "bulk"))
 	fmt.Printf("  xdpfab bulk %d  kernel %.1f B/entry, kernel + process %.1f B/entry\n", bulk, median(kern), median(total))
 	r.note("av", "kernel accounting (fdinfo memlock) of the AV's table for %d entries opened with count %d: %.0f B", bulk, bulk, median(kern)*float64(bulk))
-
-	if cfg.fiav == "" {
-		r.note("av", "libfabric peer skipped: no -fiav helper given")
+	if bd == nil {
 		return nil
-	}
-	bd, down, err := testbed.Up(testbed.Options{StaticNeighbors: true})
-	if err != nil {
-		return err
-	}
-	defer down()
-	var outs []map[string]fiavOut
-	for range cfg.reps {
-		ctx, cancel := context.WithTimeout(cfg.ctx, 2*time.Minute)
-		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", bd.B.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
-			cfg.fiav, fmt.Sprint(small), fmt.Sprint(bulk))
-		cmd.Stderr = os.Stderr
-		b, err := cmd.Output()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("fiav: %w", err)
-		}
-		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(b, &raw); err != nil {
-			return fmt.Errorf("fiav output: %w: %s", err, b)
-		}
-		o := map[string]fiavOut{}
-		for k, v := range raw {
-			var x fiavOut
-			if json.Unmarshal(v, &x) == nil {
-				o[k] = x
-			} else if k == "version" {
-				var s string
-				json.Unmarshal(v, &s)
-				r.Setup["libfabric"] = s
-			}
-		}
-		outs = append(outs, o)
 	}
 	col := func(k string, f func(fiavOut) float64) []float64 {
 		var v []float64
@@ -268,4 +255,34 @@ func runAV(r *results, cfg *config) error {
 	r.add("av", "av/mem/heap/libfabric", "B/entry", col("bulk", func(o fiavOut) float64 { return o.HeapBytes }), lbl("libfabric", "bulk"))
 	r.add("av", "av/lookup/bulk/libfabric", "ns/lookup", col("bulk", func(o fiavOut) float64 { return o.LookupNs }), lbl("libfabric", "bulk"))
 	return nil
+}
+
+// fiavRun runs the libfabric peer (bench/fiav) once on the measuring CPU in
+// host B's namespace and returns its results by case.
+func fiavRun(r *results, cfg *config, bd *testbed.Bed, small, bulk int) (map[string]fiavOut, error) {
+	ctx, cancel := context.WithTimeout(cfg.ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", bd.B.Name(), "taskset", "-c", fmt.Sprint(cfg.cpuMeasure),
+		cfg.fiav, fmt.Sprint(small), fmt.Sprint(bulk))
+	cmd.Stderr = os.Stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("fiav: %w", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("fiav output: %w: %s", err, b)
+	}
+	o := map[string]fiavOut{}
+	for k, v := range raw {
+		var x fiavOut
+		if json.Unmarshal(v, &x) == nil {
+			o[k] = x
+		} else if k == "version" {
+			var s string
+			json.Unmarshal(v, &s)
+			r.Setup["libfabric"] = s
+		}
+	}
+	return o, nil
 }
