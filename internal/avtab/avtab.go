@@ -60,13 +60,22 @@ type Table struct {
 // Close replaces the table there by memory that reads as zeros, so that a
 // Reader still reading it never faults.
 type region struct {
-	addr unsafe.Pointer // not the Go heap's: it keeps nothing alive
-	size uintptr
+	addr   unsafe.Pointer // not the Go heap's: it keeps nothing alive
+	size   uintptr
+	mapped *atomic.Int64 // a count of mapped bytes to keep (HintBytes), or nil
 }
 
-func newRegion(addr unsafe.Pointer, size uintptr) *region {
-	r := &region{addr, size}
-	runtime.AddCleanup(r, func(r region) { _ = unix.MunmapPtr(r.addr, r.size) }, *r)
+func newRegion(addr unsafe.Pointer, size uintptr, mapped *atomic.Int64) *region {
+	r := &region{addr, size, mapped}
+	if mapped != nil {
+		mapped.Add(int64(size))
+	}
+	runtime.AddCleanup(r, func(r region) {
+		_ = unix.MunmapPtr(r.addr, r.size)
+		if r.mapped != nil {
+			r.mapped.Add(-int64(r.size))
+		}
+	}, *r)
 	return r
 }
 
@@ -149,7 +158,7 @@ func mapTable(m *ebpf.Map, ro bool) (*Table, error) {
 		return nil, fmt.Errorf("map AV table %v: %w", m, err)
 	}
 	mem := unsafe.Slice((*byte)(addr), size)
-	t := &Table{m: m, mem: mem, ro: ro, reg: newRegion(addr, uintptr(size))}
+	t := &Table{m: m, mem: mem, ro: ro, reg: newRegion(addr, uintptr(size), nil)}
 	t.hdr = (*bpf.AVHdr)(unsafe.Pointer(&mem[0]))
 	return t, nil
 }

@@ -1,7 +1,6 @@
 package avtab
 
 import (
-	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -16,9 +15,10 @@ import (
 // dependent loads, each of them a TLB miss once the table spans more
 // pages than the TLB holds. Hints in huge pages make the first load's
 // translation a hit. Measured on Linux 6.18 in 2026 (bench section 4, 1M
-// entries, 4 alternating runs each): 28.0-31.0 ns per lookup with hints
-// in the Go heap (0.84-0.99x libfabric's), 26.3-28.7 ns in huge pages
-// (1.02-1.08x).
+// entries): in 8 alternating pairs of runs, 0.79-1.01x libfabric's lookup
+// rate with hints in the Go heap against 1.02-1.10x in huge pages; runs an
+// hour later gave 0.83-0.90x with huge pages: the ratio follows the
+// machine's memory latency (two dependent loads here, one in libfabric).
 const hugeHints = 1 << 19
 
 const hugePage = 2 << 20
@@ -45,11 +45,6 @@ func newHints(n int) ([]uint32, *region) {
 		return make([]uint32, n), nil
 	}
 	adviseHuge(unsafe.Slice((*byte)(addr), size))
-	hintMapped.Add(int64(size))
-	r := &region{addr, size}
-	runtime.AddCleanup(r, func(r region) {
-		_ = unix.MunmapPtr(r.addr, r.size)
-		hintMapped.Add(-int64(r.size))
-	}, *r)
+	r := newRegion(addr, size, &hintMapped)
 	return unsafe.Slice((*uint32)(addr), n), r
 }
