@@ -59,7 +59,7 @@ func (e *Endpoint) autoProgress() {
 		if t.outstanding > 0 || len(e.waiting) > 0 {
 			timeout = 1
 		}
-		t.mu.Unlock()
+		t.unlock()
 		if blocked {
 			time.Sleep(time.Duration(timeout) * time.Millisecond)
 		} else if e.shmSleep() { // same-host channels: sleeping marked (shm.go)

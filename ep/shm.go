@@ -517,20 +517,20 @@ func (e *Endpoint) shmSend(tx *shmTx, peer netip.AddrPort, opcode uint8, buf []b
 	t := &e.dev.tx
 	t.mu.Lock()
 	if e.closed.Load() {
-		t.mu.Unlock()
+		t.unlock()
 		return errClosed
 	}
 	if report && len(e.waiting) > 0 {
 		e.flushWaiting()
 		if len(e.waiting) > 0 {
-			t.mu.Unlock()
+			t.unlock()
 			return errTxCQFull
 		}
 	}
 	err := tx.put(hdr, buf)
 	if err == errShmGone {
 		e.shm.Load().forget(peer, tx)
-		t.mu.Unlock()
+		t.unlock()
 		if fresh {
 			return fmt.Errorf("ep send to %v: the local endpoint went away: %w", peer, fi.EADDRNOTAVAIL)
 		}
@@ -544,7 +544,7 @@ func (e *Endpoint) shmSend(tx *shmTx, peer netip.AddrPort, opcode uint8, buf []b
 		e.waiting = append(e.waiting, op)
 		e.flushWaiting()
 	}
-	t.mu.Unlock()
+	t.unlock()
 	return err
 }
 
@@ -928,7 +928,7 @@ func (e *Endpoint) shmClose() {
 	}
 	s.out.Store(nil)
 	s.outMu.Unlock()
-	t.mu.Unlock()
+	t.unlock()
 	s.rxMu.Lock()
 	for _, ch := range append(s.in, pending...) {
 		s.dropRx(ch)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -17,7 +18,13 @@ import (
 // in flight and whose they are. Guarded by mu, with each endpoint's
 // transmit CQ producer and completion backlog.
 type txState struct {
-	mu          sync.Mutex
+	mu sync.Mutex
+	// busy mirrors, for progress's look without mu, whether reclaim has
+	// anything to do: frames outstanding or completions waiting for room
+	// in a TX CQ. unlock writes it; a progress that reads false while
+	// another goroutine sends skips, as when TryLock fails, and the next
+	// one sees the send.
+	busy        atomic.Bool
 	s           *dataplane.Socket
 	umem        *dataplane.UMEM
 	inflight    []txOp // by frame number: what to complete when the kernel is done
@@ -79,6 +86,19 @@ func (t *txState) init(d *device, frames int) {
 func (t *txState) add(e *Endpoint) {
 	t.mu.Lock()
 	t.eps = append(t.eps, e)
+	t.unlock()
+}
+
+// unlock releases mu after bringing busy in step. Every holder of mu
+// releases it here: each may have changed what busy mirrors.
+func (t *txState) unlock() {
+	b := t.outstanding > 0
+	for _, e := range t.eps {
+		b = b || len(e.waiting) > 0
+	}
+	if t.busy.Load() != b {
+		t.busy.Store(b)
+	}
 	t.mu.Unlock()
 }
 
@@ -86,7 +106,7 @@ func (t *txState) add(e *Endpoint) {
 // fi_close(3) allows for an endpoint's outstanding operations.
 func (t *txState) remove(e *Endpoint) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer t.unlock()
 	t.eps = slices.DeleteFunc(t.eps, func(x *Endpoint) bool { return x == e })
 	for i := range t.inflight {
 		if t.inflight[i].e == e {
@@ -247,7 +267,7 @@ func (e *Endpoint) send(opcode uint8, buf []byte, dest fi.Addr, tag, data uint64
 
 	t := &e.dev.tx
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer t.unlock()
 	if e.closed.Load() {
 		// Close ran during the next-hop lookup; it has removed (or will
 		// remove, after this) the endpoint from the device under t.mu.
@@ -494,11 +514,13 @@ func (e *Endpoint) flushWaiting() {
 	e.waiting = e.waiting[:left]
 }
 
-// progress reclaims finished sends, unless another goroutine is at it.
+// progress reclaims finished sends, unless there are none or another
+// goroutine is at it. A polling reader calls it far more often than it
+// sends: when nothing is outstanding it takes no lock.
 func (t *txState) progress() {
-	if !t.mu.TryLock() {
+	if !t.busy.Load() || !t.mu.TryLock() {
 		return
 	}
 	t.reclaim()
-	t.mu.Unlock()
+	t.unlock()
 }
