@@ -273,28 +273,40 @@ int xdpfab_rx(struct xdp_md *ctx)
 		return count(STAT_PASS, XDP_PASS);
 
 	/* 2. To a local endpoint: its address, else the family's wildcard.
-	 * First the endpoint index (the port's only endpoint, two array
-	 * lookups), which must hold the datagram's port and family and its
-	 * address or the wildcard; else the hash, as the index says nothing
-	 * (no endpoint, several on the port, or not there yet). */
+	 * First the endpoint index (the port's endpoints, when it has at most
+	 * XDPFAB_EP_PER_PORT: array lookups), whose first slot that holds the
+	 * datagram's port and family and its address or the wildcard is the
+	 * endpoint (addresses are listed before wildcards); else the hash, as
+	 * the index says nothing (no endpoint, too many, or not there yet). */
 	int wild = 0;
 	ep = NULL;
 	__u32 port = bpf_ntohs(pkt.dst.port);
 	__u64 *pe = bpf_map_lookup_elem(&xdpfab_epport, &port);
 	if (pe) {
-		__u32 si = *(volatile __u64 *)pe - 1; /* 0 (no entry) wraps to a miss */
-		struct ep_slot *es = bpf_map_lookup_elem(&xdpfab_epslot, &si);
-		if (es && es->local.port == pkt.dst.port && es->local.family == pkt.dst.family) {
-			__u64 a0, a1, d0, d1;
+		__u64 refs = *(volatile __u64 *)pe;
+		__u64 d0, d1;
+		__builtin_memcpy(&d0, &pkt.dst.addr[0], 8);
+		__builtin_memcpy(&d1, &pkt.dst.addr[8], 8);
+#pragma unroll
+		for (int i = 0; i < XDPFAB_EP_PER_PORT; i++) {
+			__u32 si = (refs >> (16 * i)) & 0xffff;
+			if (!si)
+				break;
+			si--;
+			struct ep_slot *es = bpf_map_lookup_elem(&xdpfab_epslot, &si);
+			if (!es || es->local.port != pkt.dst.port || es->local.family != pkt.dst.family)
+				continue;
+			__u64 a0, a1;
 			__builtin_memcpy(&a0, &es->local.addr[0], 8);
 			__builtin_memcpy(&a1, &es->local.addr[8], 8);
-			__builtin_memcpy(&d0, &pkt.dst.addr[0], 8);
-			__builtin_memcpy(&d1, &pkt.dst.addr[8], 8);
 			if (!(a0 | a1)) {
 				ep = &es->val;
 				wild = 1;
-			} else if (a0 == d0 && a1 == d1) {
+				break;
+			}
+			if (a0 == d0 && a1 == d1) {
 				ep = &es->val;
+				break;
 			}
 		}
 	}

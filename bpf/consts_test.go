@@ -35,6 +35,7 @@ func TestConstsMatchC(t *testing.T) {
 		"XDPFAB_AF_INET": wire.AFInet, "XDPFAB_AF_INET6": wire.AFInet6, "XDPFAB_IFINDEX_SLOTS": bpf.IfindexSlots,
 		"XDPFAB_AV_MAGIC": bpf.AVMagic, "XDPFAB_AV_RETRY": bpf.AVRetry, "XDPFAB_AV_PAGE_LINES": bpf.AVPageLines,
 		"XDPFAB_EPS_FREE": bpf.EPSFree, "XDPFAB_EPS_USED": bpf.EPSUsed, "XDPFAB_EPS_RETIRED": bpf.EPSRetired,
+		"XDPFAB_EP_PER_PORT": bpf.EPPerPort,
 	} {
 		cVal, ok := c[name]
 		switch {

@@ -194,6 +194,11 @@ const (
 	EPSRetired = 2
 )
 
+// EPPerPort is how many endpoints an xdpfab_epport entry lists
+// (XDPFAB_EP_PER_PORT): 16-bit references, each 1 + an xdpfab_epslot
+// element, the lowest bits first, 0 ending the list.
+const EPPerPort = 4
+
 // LoadSpec returns the collection spec of the embedded, precompiled object.
 func LoadSpec() (*ebpf.CollectionSpec, error) { return loadKern() }
 

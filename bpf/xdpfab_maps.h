@@ -71,17 +71,22 @@ struct {
 } xdpfab_ep SEC(".maps");
 
 /* The endpoint index: the fast path in front of xdpfab_ep. xdpfab_epport,
- * indexed by local UDP port (host order), holds 1 + the xdpfab_epslot
- * element that holds the port's only endpoint, or 0: no entry (no endpoint,
- * or several: addresses, families, an address and the wildcard), XDP then
- * looks in xdpfab_ep. XDP checks the slot's key against the datagram, so a
- * stale or missing entry costs the hash lookup, never a wrong endpoint.
+ * indexed by local UDP port (host order), lists the port's endpoints when it
+ * has at most XDPFAB_EP_PER_PORT: four 16-bit references, the lowest first,
+ * each 1 + the xdpfab_epslot element that holds one endpoint's key and
+ * value, 0 ending the list; those bound to an address come before the
+ * wildcards. The first slot whose key matches the datagram (port, family,
+ * and its address or the wildcard) is its endpoint: the exact address
+ * before the wildcard, as in xdpfab_ep. 0: no entry (no endpoint, or more
+ * than the list holds), and XDP looks in xdpfab_ep, as it does when no slot
+ * matches. XDP checks every slot's key against the datagram, so a stale or
+ * missing entry costs the hash lookup, never a wrong endpoint.
  * User space writes both through memory mappings, under the dataplane
  * lock (loader/epindex.go): a slot only while no port entry points to it,
  * then the port entry with one aligned 64-bit store (a __u64: array
  * elements are 8 bytes apart whatever the value size); a slot a port entry
  * stopped pointing to is reused only after a grace period. The loader sizes
- * xdpfab_epslot to twice the endpoints. */
+ * xdpfab_epslot to twice the endpoints; the index uses its first 65535. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);

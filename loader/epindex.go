@@ -1,10 +1,12 @@
 package loader
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -16,13 +18,16 @@ import (
 
 // The endpoint index (xdpfab_epport and xdpfab_epslot, bpf/xdpfab_maps.h)
 // is the XDP program's fast path in front of the endpoint table
-// (xdpfab_ep): for a UDP port that exactly one endpoint is bound to, the
-// port's xdpfab_epport element holds 1 + the xdpfab_epslot element that
-// holds a copy of that endpoint's key and value, and XDP finds the
-// endpoint with two array lookups and a key check instead of hashing a
-// 24-byte key. Every other port's element is 0 and XDP looks in the hash
-// table as before: no endpoint, several (addresses, families, an address
-// and the wildcard), or an index that is not written yet.
+// (xdpfab_ep): for a UDP port that at most bpf.EPPerPort endpoints are
+// bound to, the port's xdpfab_epport element lists them, 16 bits each
+// (1 + the xdpfab_epslot element that holds a copy of the endpoint's key
+// and value), those bound to an address before the wildcards, and XDP
+// finds the endpoint with array lookups and key checks instead of hashing a
+// 24-byte key. Several endpoints on one port are common: containers on one
+// node, each in its network namespace, bind the same port, and the
+// dataplane is the node's. Every other port's element is 0 and XDP looks
+// in the hash table as before: no endpoint, more than the list holds, or
+// an index that is not written yet.
 //
 // xdpfab_ep stays the table of record. Every change to it goes through
 // PutEndpoint or DeleteEndpoint, which bring the changed port's index
@@ -35,7 +40,7 @@ import (
 // endpoint of another port or address.
 //
 // Concurrency with XDP, which reads both maps without a lock:
-//   - a slot is written only while no port element points to it, then
+//   - a slot is written only while no port element lists it, then
 //     linked with one aligned 64-bit store into the port's element (Go's
 //     atomic store; XDP reads the element once and the slot through the
 //     address it computes from it: a dependent load, ordered on every
@@ -184,8 +189,8 @@ func (d *Objects) reindexPortWithout(x *epIndex, port uint16, skip *bpf.EPKey) {
 		return
 	}
 	var (
-		n    int
-		only bpf.EPSlot
+		want []bpf.EPSlot // the port's endpoints, at most EPPerPort
+		over bool         // more than that: no entry
 		k    bpf.EPKey
 		v    bpf.EPVal
 	)
@@ -194,39 +199,117 @@ func (d *Objects) reindexPortWithout(x *epIndex, port uint16, skip *bpf.EPKey) {
 		if k.Local.Port != port || (skip != nil && k == *skip) {
 			continue
 		}
-		n++
-		only = bpf.EPSlot{Local: k.Local, State: bpf.EPSUsed, Val: v}
+		if len(want) == bpf.EPPerPort {
+			over = true
+			break
+		}
+		want = append(want, bpf.EPSlot{Local: k.Local, State: bpf.EPSUsed, Val: v})
 	}
-	if it.Err() != nil {
-		n = 0
+	if it.Err() != nil || over {
+		want = nil
 	}
+	// Addresses before wildcards (XDP takes the first slot that matches),
+	// then a fixed order, so that an unchanged port compares equal.
+	slices.SortFunc(want, func(a, b bpf.EPSlot) int {
+		if wa, wb := a.Local.Addr == [16]byte{}, b.Local.Addr == [16]byte{}; wa != wb {
+			if wb {
+				return -1
+			}
+			return 1
+		}
+		if c := bytes.Compare(a.Local.Addr[:], b.Local.Addr[:]); c != 0 {
+			return c
+		}
+		return int(a.Local.Family) - int(b.Local.Family)
+	})
 	p := &x.port[hostPort(port)]
 	cur := atomic.LoadUint64(p)
-	if n == 1 && cur != 0 && cur-1 < uint64(len(x.slots)) && x.slots[cur-1] == only {
-		return // linked already, unchanged
-	}
-	var next uint64
-	if n == 1 {
-		if s := d.allocSlot(x); s >= 0 {
-			x.slots[s] = only
-			next = uint64(s) + 1
+	old := x.refs(cur)
+	if len(old) == len(want) && len(want) > 0 {
+		same := true
+		for i, s := range old {
+			same = same && x.slots[s] == want[i]
+		}
+		if same {
+			return // linked already, unchanged
 		}
 	}
+	// New slots for what changed; a linked slot that still holds one of
+	// the port's endpoints stays (a linked slot never changes). All are
+	// taken before any is written: taking may free used slots no entry
+	// lists.
+	at := make([]int, len(want))
+	need := 0
+	for i, w := range want {
+		at[i] = -1
+		for _, o := range old {
+			if x.slots[o] == w {
+				at[i] = o
+				break
+			}
+		}
+		if at[i] < 0 {
+			need++
+		}
+	}
+	var fresh []int
+	if need > 0 {
+		if fresh = d.allocSlots(x, need); fresh == nil {
+			want = nil // out of slots: the port gets no entry
+		}
+	}
+	var next uint64
+	for i, w := range want {
+		if at[i] < 0 {
+			at[i], fresh = fresh[0], fresh[1:]
+			x.slots[at[i]] = w
+		}
+		next |= uint64(at[i]+1) << (16 * i)
+	}
 	atomic.StoreUint64(p, next)
-	if cur != 0 && cur != next && cur-1 < uint64(len(x.slots)) && x.slots[cur-1].State == bpf.EPSUsed {
-		x.slots[cur-1].State = bpf.EPSRetired
+	for _, o := range old {
+		if !x.linkedFrom(next, o) && x.slots[o].State == bpf.EPSUsed {
+			x.slots[o].State = bpf.EPSRetired
+		}
 	}
 }
 
-// allocSlot returns a free slot, or -1 (then the port gets no entry).
-// Without a free one it retires every used slot no port element points to
-// (left by a process that died in the middle of a change), waits for a
-// grace period and frees the retired ones.
-func (d *Objects) allocSlot(x *epIndex) int {
+// refs decodes a port entry: the slots it lists, in order (references
+// outside the slot array end the list: an entry of another layout).
+func (x *epIndex) refs(e uint64) []int {
+	var r []int
+	for i := range bpf.EPPerPort {
+		s := int(e>>(16*i)) & 0xffff
+		if s == 0 || s > len(x.slots) {
+			break
+		}
+		r = append(r, s-1)
+	}
+	return r
+}
+
+// linkedFrom reports whether port entry e lists slot s.
+func (x *epIndex) linkedFrom(e uint64, s int) bool {
+	return slices.Contains(x.refs(e), s)
+}
+
+// maxIndexSlots is how many slots a 16-bit reference (1 + the slot) can
+// name.
+const maxIndexSlots = 0xffff
+
+// allocSlots returns n free slots, or nil (then the port gets no entry).
+// Without enough free ones it retires every used slot no port element
+// points to (left by a process that died in the middle of a change), waits
+// for a grace period and frees the retired ones.
+func (d *Objects) allocSlots(x *epIndex, n int) []int {
+	var got []int
 	for pass := 0; pass < 2; pass++ {
-		for i := range x.slots {
+		got = got[:0]
+		for i := range x.slots[:min(len(x.slots), maxIndexSlots)] {
 			if x.slots[i].State == bpf.EPSFree {
-				return i
+				if got = append(got, i); len(got) == n {
+					return got
+				}
 			}
 		}
 		if pass > 0 {
@@ -235,7 +318,7 @@ func (d *Objects) allocSlot(x *epIndex) int {
 		retired := false
 		for i := range x.slots {
 			s := &x.slots[i]
-			if s.State == bpf.EPSUsed && atomic.LoadUint64(&x.port[hostPort(s.Local.Port)]) != uint64(i)+1 {
+			if s.State == bpf.EPSUsed && !x.linkedFrom(atomic.LoadUint64(&x.port[hostPort(s.Local.Port)]), i) {
 				s.State = bpf.EPSRetired
 			}
 			retired = retired || s.State == bpf.EPSRetired
@@ -250,5 +333,5 @@ func (d *Objects) allocSlot(x *epIndex) int {
 			}
 		}
 	}
-	return -1
+	return nil
 }
