@@ -417,7 +417,10 @@ func reportPP(d *doc) {
 		"endpoint), busy polling off and on (`ep.Attr.BusyPoll` = 50 µs: SO_BUSY_POLL, SO_PREFER_BUSY_POLL), " +
 		"in **native** and **generic** (skb mode) XDP on the MTU-9000 bed the peers use. Its XDP program is " +
 		"multi-buffer (`xdp.frags`), which native XDP on veth requires at that MTU, and its sockets are bound " +
-		"with XDP_USE_SG: a message longer than a UMEM frame travels as a chain of frames.")
+		"with XDP_USE_SG: a message longer than a UMEM frame travels as a chain of frames. Each side sends as " +
+		"`fi_pingpong` does a message below its provider's inject size: `Inject` (fi_inject), no transmit " +
+		"completion to wait for, then it waits for the receive completion (xdpfab injects any message it carries; " +
+		"libfabric's udp provider below 1472 B, so its 1472 B row waits for a transmit completion per message).")
 	d.p("- **fi_pingpong** (libfabric-bin): `fi_pingpong -p udp -e dgram` and `fi_pingpong -p tcp -e msg`, server " +
 		"in one namespace and client in the other (`ip netns exec`, `taskset`).")
 	d.p("- **Go UDP**: `net.UDPConn` ReadFromUDPAddrPort / WriteToUDPAddrPort (goroutines parked in the netpoller).")

@@ -80,9 +80,6 @@ func xdpfabBreakdown(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (di
 				return err
 			}
 			pong[i].txRing, pong[i].kicked = ts.TxRing, ts.Kicked
-			if _, err := srv.waitOne(false, deadline); err != nil {
-				return err
-			}
 		}
 		return nil
 	})
@@ -109,9 +106,6 @@ func xdpfabBreakdown(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (di
 			pong[i].read, pong[i].xdp, pong[i].rxRing = ep.TraceNow(), tc.XDP, tc.RxRing
 			if n != size {
 				return fmt.Errorf("echo of %d B came back with %d B", size, n)
-			}
-			if _, err := cli.waitOne(false, deadline); err != nil {
-				return err
 			}
 		}
 		elapsed = time.Since(start)
