@@ -70,10 +70,11 @@ enum policy {
  * and the frame: nothing in front of the metadata reaches the socket. */
 #define XDPFAB_EPF_STAMP 0x01
 
+#define XDPFAB_EP_PER_PORT 4 /* endpoints an xdpfab_epport entry lists */
+
 /* struct ep_slot's state (user space's bookkeeping; XDP never reads it):
  * free (its key cleared), linked from its port's xdpfab_epport entry, or
  * retired (unlinked, its contents kept until a grace period has passed). */
-#define XDPFAB_EP_PER_PORT 4 /* endpoints an xdpfab_epport entry lists */
 #define XDPFAB_EPS_FREE 0
 #define XDPFAB_EPS_USED 1
 #define XDPFAB_EPS_RETIRED 2

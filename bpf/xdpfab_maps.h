@@ -82,7 +82,7 @@ struct {
  * matches. XDP checks every slot's key against the datagram, so a stale or
  * missing entry costs the hash lookup, never a wrong endpoint.
  * User space writes both through memory mappings, under the dataplane
- * lock (loader/epindex.go): a slot only while no port entry points to it,
+ * lock (loader/epindex.go): a slot only while no port entry lists it,
  * then the port entry with one aligned 64-bit store (a __u64: array
  * elements are 8 bytes apart whatever the value size); a slot a port entry
  * stopped pointing to is reused only after a grace period. The loader sizes
