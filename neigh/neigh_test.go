@@ -560,7 +560,7 @@ func TestStaticNeighbourIsNotDisturbed(t *testing.T) {
 
 func TestTTLExpiryAsksTheKernelAgain(t *testing.T) {
 	bed := newBed(t, 2)
-	ttl := 50 * time.Millisecond
+	ttl := 200 * time.Millisecond
 	r := newResolver(t, bed.A, Options{TTL: ttl})
 	want, err := r.Resolve(context.Background(), bed.B.IPv4)
 	if err != nil {
@@ -568,6 +568,7 @@ func TestTTLExpiryAsksTheKernelAgain(t *testing.T) {
 	}
 	misses := r.misses.Load()
 	time.Sleep(2 * ttl)
+	refreshed := time.Now()
 	hop, err := r.Lookup(bed.B.IPv4)
 	if err != nil || hop != want {
 		t.Fatalf("after TTL: %+v, %v; want %+v", hop, err, want)
@@ -575,7 +576,11 @@ func TestTTLExpiryAsksTheKernelAgain(t *testing.T) {
 	if got := r.misses.Load(); got != misses+1 {
 		t.Fatalf("after TTL the kernel was asked %d times, want 1", got-misses)
 	}
-	if _, err := r.Lookup(bed.B.IPv4); err != nil || r.misses.Load() != misses+1 {
+	_, err = r.Lookup(bed.B.IPv4)
+	// A machine busy with other tests may stall this goroutine past the
+	// TTL between the two lookups: the entry has then expired again, as it
+	// should.
+	if err != nil || r.misses.Load() != misses+1 && time.Since(refreshed) < ttl {
 		t.Fatalf("refreshed entry is not cached: %v", err)
 	}
 }
