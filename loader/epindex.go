@@ -288,9 +288,19 @@ func (x *epIndex) refs(e uint64) []int {
 	return r
 }
 
-// linkedFrom reports whether port entry e lists slot s.
+// linkedFrom reports whether port entry e lists slot s (without the
+// slice refs makes: allocSlots asks it for every slot).
 func (x *epIndex) linkedFrom(e uint64, s int) bool {
-	return slices.Contains(x.refs(e), s)
+	for i := range bpf.EPPerPort {
+		r := int(e>>(16*i)) & 0xffff
+		if r == 0 || r > len(x.slots) {
+			return false
+		}
+		if r-1 == s {
+			return true
+		}
+	}
+	return false
 }
 
 // maxIndexSlots is how many slots a 16-bit reference (1 + the slot) can
