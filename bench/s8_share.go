@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -125,11 +126,16 @@ func runShare(r *results, cfg *config) error {
 			for range cfg.reps {
 				var res []shareResult
 				var err error
-				udp := udpEchoes
-				if strings.HasPrefix(kind, "xdpfab") {
-					udp = nil
-				}
-				res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, udp, strings.HasSuffix(kind, "-block"))
+				res, err = shareRun(cfg, bd.A, self, sock, apps[:n], dur, func(i int) []string {
+					var env []string
+					if !xdp {
+						env = append(env, "XDPFAB_UDP_PEER="+udpEchoes[i].String())
+					}
+					if strings.HasSuffix(kind, "-block") {
+						env = append(env, "XDPFAB_BLOCK=1")
+					}
+					return env
+				})
 				if err != nil {
 					return fmt.Errorf("%s, %d applications: %w (agent: %s)", kind, n, err, ag.lastLog())
 				}
@@ -151,6 +157,29 @@ func runShare(r *results, cfg *config) error {
 			fmt.Printf("  %-6s %2d applications: %9.0f round trips/s, p50 %6.1f us, worst p99 %8.1f us (load %s)\n",
 				kind, n, median(aggs), median(p50s), median(p99s), loadAvg())
 		}
+	}
+	// What the machine charges for the turns themselves: the same number of
+	// processes of this program on the same CPU doing nothing but give it
+	// up, as the pollers do between polls.
+	xdpGate.set(false)
+	for _, n := range shareApps {
+		if !cfg.want(fmt.Sprintf("yield/%d", n)) {
+			continue
+		}
+		var turns []float64
+		for range cfg.reps {
+			res, err := shareRun(cfg, bd.A, self, sock, apps[:n], dur, func(int) []string { return []string{"XDPFAB_YIELD=1"} })
+			if err != nil {
+				return fmt.Errorf("yield, %d processes: %w", n, err)
+			}
+			total := 0
+			for _, x := range res {
+				total += x.Count
+			}
+			turns = append(turns, dur.Seconds()*1e9/float64(total))
+		}
+		r.add("share", fmt.Sprintf("share/yield/%d/turn", n), "ns", turns, map[string]string{"apps": fmt.Sprint(n), "impl": "yield"})
+		fmt.Printf("  yield  %2d processes: %6.0f ns per turn (load %s)\n", n, median(turns), loadAvg())
 	}
 	r.Setup["share_loadavg_end"] = loadAvg()
 	return nil
@@ -276,7 +305,10 @@ func (g *gate) wait(quit <-chan struct{}) {
 // shareRun starts one application process per address (pinned to
 // cfg.cpuMeasure), lets them all open their endpoints, starts them at
 // once and collects their results.
-func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration, udp []netip.AddrPort, block bool) ([]shareResult, error) {
+// shareRun starts one application process per address in apps, each with
+// the environment env(i) adds, lets them all go at once and collects their
+// results.
+func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.AddrPort, dur time.Duration, env func(i int) []string) ([]shareResult, error) {
 	type proc struct {
 		cmd *exec.Cmd
 		in  io.WriteCloser
@@ -295,12 +327,7 @@ func shareRun(cfg *config, h *testbed.Host, self, sock string, apps []netip.Addr
 		cmd := exec.CommandContext(cfg.ctx, "taskset", "-c", fmt.Sprint(cfg.cpuMeasure), self)
 		cmd.Env = append(os.Environ(), "XDPFAB_BENCH_SHARE=1", "XDPFAB_SOCKET="+sock, "XDPFAB_LOCAL="+a.String(),
 			"XDPFAB_PEER="+strconv.Itoa(i), "XDPFAB_DURATION="+dur.String())
-		if udp != nil {
-			cmd.Env = append(cmd.Env, "XDPFAB_UDP_PEER="+udp[i].String())
-		}
-		if block {
-			cmd.Env = append(cmd.Env, "XDPFAB_BLOCK=1")
-		}
+		cmd.Env = append(cmd.Env, env(i)...)
 		cmd.Stderr = os.Stderr
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
@@ -348,6 +375,9 @@ func shareChild() bool {
 }
 
 func shareApp() (shareResult, error) {
+	if os.Getenv("XDPFAB_YIELD") != "" {
+		return shareYield()
+	}
 	if p := os.Getenv("XDPFAB_UDP_PEER"); p != "" {
 		return shareUDPApp(netip.MustParseAddrPort(p))
 	}
@@ -526,6 +556,27 @@ func shareUDPApp(peer netip.AddrPort) (shareResult, error) {
 	return pingLoop(dur, send, poll)
 }
 
+// shareYield gives the CPU up in a loop for the run's duration and counts
+// the turns: the machine's cost of switching between the applications,
+// without the applications.
+func shareYield() (shareResult, error) {
+	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return shareResult{}, err
+	}
+	n := 0
+	for end := time.Now().Add(dur); ; {
+		for range 64 {
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+		n += 64
+		if time.Now().After(end) {
+			return shareResult{Count: n}, nil
+		}
+	}
+}
+
 // reportShare writes section 8 of BENCHMARKS.md.
 func reportShare(d *doc) {
 	d.p("## 8. Many applications on one interface queue")
@@ -561,5 +612,30 @@ func reportShare(d *doc) {
 		}
 	}
 	d.table([]string{"path", "applications", "aggregate round trips/s", "÷ one application", "per-application p50 µs (median)", "worst application's p99 µs"}, rows)
+	d.p("")
+	d.p("What the turns themselves cost: the same number of processes of this program on CPU %s doing nothing "+
+		"but give the CPU up (raw sched_yield) in a loop. With one process the call returns to its caller; with "+
+		"more, every call switches to another process's address space, as every polling application's wait "+
+		"does. Beside it, 1 / the polling xdpfab applications' aggregate rate, which is the CPU time of a "+
+		"round trip when several applications keep the CPU busy (for one application it is its latency: the "+
+		"CPU waits for the reply), and that time less one turn: xdpfab's own work, with what the switch "+
+		"made it miss in caches and TLB.", d.r.Setup["cpu_measure"])
+	d.p("")
+	rows = nil
+	for _, n := range shareApps {
+		turn := d.med(fmt.Sprintf("share/yield/%d/turn", n))
+		rate := d.med(fmt.Sprintf("share/xdpfab/%d/rate", n))
+		rt, work := "n/a", "n/a"
+		if !math.IsNaN(rate) && rate > 0 {
+			rt = ff(1e6/rate, 2)
+			if n == 1 {
+				rt += " (latency)"
+			} else if !math.IsNaN(turn) {
+				work = ff(1e6/rate-turn/1e3, 2)
+			}
+		}
+		rows = append(rows, []string{fmt.Sprint(n), d.v(fmt.Sprintf("share/yield/%d/turn", n), 0), rt, work})
+	}
+	d.table([]string{"processes", "one turn (sched_yield only), ns", "xdpfab polling: CPU µs per round trip", "less one turn, µs"}, rows)
 	d.notes("share")
 }
