@@ -24,6 +24,28 @@ const (
 	mapPopulate      = unix.MAP_POPULATE
 )
 
+// populateHuge asks for transparent huge pages for a UMEM's frames, then
+// faults them all in, as MAP_POPULATE would have (it does not change their
+// contents). The system decides: anonymous memory (a private UMEM) gets
+// huge pages when /sys/kernel/mm/transparent_hugepage/enabled is "madvise"
+// or "always", a memfd (a shared UMEM) when .../shmem_enabled is "advise"
+// or "always"; otherwise the pages stay 4 KiB
+// (docs/platform.md#huge-pages-for-frames).
+func populateHuge(b []byte) {
+	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
+	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) != nil {
+		// Before Linux 5.14: read every page in.
+		var sum byte
+		for i := 0; i < len(b); i += 4096 {
+			sum += b[i]
+		}
+		populateSink.Store(uint32(sum))
+	}
+}
+
+// populateSink keeps populateHuge's reads from being compiled away.
+var populateSink atomic.Uint32
+
 // xskSocket creates an AF_XDP socket (close-on-exec).
 func xskSocket() (int, error) {
 	return unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)

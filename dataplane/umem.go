@@ -151,21 +151,23 @@ func NewUMEM(cfg UMEMConfig) (*UMEM, error) {
 	}
 	size := cfg.FrameSize * cfg.NumFrames
 	if !cfg.Shared {
-		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|mapPopulate)
+		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			return nil, fmt.Errorf("umem: mmap %d bytes: %w", size, errnoOf(err))
 		}
+		populateHuge(mem)
 		return newUMEM(cfg, mem, -1), nil
 	}
 	fd, err := sealedMemfd(memfdName, size)
 	if err != nil {
 		return nil, fmt.Errorf("umem: %w", err)
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|mapPopulate)
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("umem: mmap memfd of %d bytes: %w", size, errnoOf(err))
 	}
+	populateHuge(mem)
 	return newUMEM(cfg, mem, fd), nil
 }
 
@@ -207,10 +209,11 @@ func AttachUMEM(memfd int, cfg UMEMConfig) (*UMEM, error) {
 		return nil, fmt.Errorf("umem attach fd %d: %d bytes (mode %#o), want a memfd of %d frames of %d bytes = %d: %w",
 			memfd, st.Size, st.Mode, cfg.NumFrames, cfg.FrameSize, size, fi.EINVAL)
 	}
-	mem, err := unix.Mmap(memfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|mapPopulate)
+	mem, err := unix.Mmap(memfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("umem attach fd %d: mmap %d bytes: %w", memfd, size, errnoOf(err))
 	}
+	populateHuge(mem)
 	unix.CloseOnExec(memfd)
 	u := newUMEM(cfg, mem, memfd)
 	u.attached = true
