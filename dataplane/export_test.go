@@ -1,28 +1,52 @@
 package dataplane
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Hooks for the ShareBlock tests (share_test.go): the locks, a scratch
 // word, and a fill interrupted by death.
 
+// AgentHolderForTest is the holder id of the block's creator.
+const AgentHolderForTest = agentHolder
+
+func holderID(slot int) uint32 {
+	if slot < 0 {
+		return agentHolder
+	}
+	return uint32(slot + 1)
+}
+
 // LockForTest takes queue q's fill lock as slot (-1: the creator) and
 // returns the id it took it over from (0: none).
 func (b *ShareBlock) LockForTest(q, slot int) uint32 {
-	me := agentHolder
-	if slot >= 0 {
-		me = uint32(slot + 1)
-	}
-	return b.lock(b.fillLock(q), me)
+	return b.lock(b.fillLock(q), holderID(slot))
 }
 
-// UnlockForTest releases queue q's fill lock.
-func (b *ShareBlock) UnlockForTest(q int) { b.unlock(b.fillLock(q)) }
+// LockWithinForTest is LockForTest giving up after max.
+func (b *ShareBlock) LockWithinForTest(q, slot int, max time.Duration) (uint32, bool) {
+	return b.lockWithin(b.fillLock(q), holderID(slot), max)
+}
+
+// UnlockForTest releases queue q's fill lock, which slot holds.
+func (b *ShareBlock) UnlockForTest(q, slot int) { b.unlock(b.fillLock(q), holderID(slot)) }
+
+// ReturnRingForTest writes addrs to slot's return ring as a member of the
+// domain can, past the ring's producer index.
+func (b *ShareBlock) ReturnRingForTest(slot int, addrs []uint64) {
+	s, r := b.slot(slot), b.ret(slot)
+	p := s.retProd.Load()
+	for _, a := range addrs {
+		r[p&uint32(len(r)-1)] = a
+		p++
+	}
+	s.retProd.Store(p)
+}
 
 // ScribbleLockForTest makes queue q's fill lock look held by id.
 func (b *ShareBlock) ScribbleLockForTest(q int, id uint32) {
-	l := b.fillLock(q)
-	l.state.Store(2)
-	l.holder.Store(id)
+	b.fillLock(q).w.Store(id<<1 | 1)
 }
 
 // ScratchForTest is a word no one else uses (the last slot's lost count).

@@ -47,6 +47,11 @@ type ShareBlock struct {
 	fd    int
 	lay   shareLayout
 	shift uint // log2 of the frame size
+	// agentBusy counts this process's lock calls as the creator
+	// (agentHolder) from the call until the unlock: in the creator, a lock
+	// naming agentHolder while only the waiter itself is busy was written
+	// by a member.
+	agentBusy atomic.Int32
 }
 
 // ShareConfig sizes a ShareBlock. It is plain data (the creator's protocol
@@ -95,9 +100,9 @@ func (c ShareConfig) validate() error {
 // has a cache line of its own.
 const (
 	shareMagic   = 0x31424b4146504458 // "XDPFAKB1"
-	shareVersion = 1
+	shareVersion = 2                  // 2: a lock's holder is in its lock word
 	lineSize     = 64
-	agentHolder  = ^uint32(0) // lock holder id of the block's creator
+	agentHolder  = uint32(1<<31 - 1) // lock holder id of the block's creator
 )
 
 type shareHdr struct {
@@ -110,10 +115,15 @@ type shareHdr struct {
 	retSize  uint32
 }
 
-// shareLock is a lock word and its holder (slot+1, or agentHolder).
+// shareLock is one word: 0 when free, else its holder's id (slot+1, or
+// agentHolder) shifted left by one, bit 0 set when a waiter may be asleep.
+// With the holder in the lock word, a process that dies at any instruction
+// leaves the lock either free or naming it, so a waiter can always tell
+// who holds it; a member that writes anything else names no slot, and
+// loses the lock to the next waiter.
 type shareLock struct {
-	state  atomic.Uint32 // 0 free, 1 held, 2 held with sleepers
-	holder atomic.Uint32
+	w atomic.Uint32
+	_ uint32
 }
 
 // shareSlot is one user's record.
@@ -296,8 +306,11 @@ func (b *ShareBlock) txOwner(addr uint64) int {
 }
 
 // lock takes l for holder id me. A holder that died (its slot retired),
-// or a holder id no slot has (the block was scribbled on), loses the lock
-// to the next waiter: lock returns its id then (else 0).
+// a holder id no slot has (the block was scribbled on), and the creator's
+// id where the creator holds no lock (a member wrote it: the creator sees
+// so at once, a member after agentWait, longer than the creator ever holds
+// one) lose the lock to the next waiter: lock returns their id then (else
+// 0).
 func (b *ShareBlock) lock(l *shareLock, me uint32) (stolen uint32) {
 	stolen, _ = b.lockWithin(l, me, 0)
 	return stolen
@@ -305,47 +318,83 @@ func (b *ShareBlock) lock(l *shareLock, me uint32) (stolen uint32) {
 
 // agentWait bounds how long the block's creator waits for a lock: a
 // member of the domain may hold one for ever (stopped, or hostile), and
-// the creator must not hang with it.
+// the creator must not hang with it. It also bounds how long the creator
+// itself holds one (a few stores, or a reclaim's ring updates), so a
+// member that sees the creator's id in a lock for longer takes it over.
 const agentWait = time.Second
 
 // lockWithin is lock giving up after max (0: never), ok false then.
 func (b *ShareBlock) lockWithin(l *shareLock, me uint32, max time.Duration) (stolen uint32, ok bool) {
+	if me == agentHolder {
+		b.agentBusy.Add(1)
+	}
+	mine := me << 1
 	for range 64 {
-		if l.state.CompareAndSwap(0, 1) {
-			l.holder.Store(me)
+		if l.w.CompareAndSwap(0, mine) {
 			return 0, true
 		}
 		procYield()
 	}
-	var deadline time.Time
+	var deadline, agentSince time.Time
 	if max > 0 {
 		deadline = time.Now().Add(max)
 	}
 	for {
-		if l.state.Swap(2) == 0 {
-			l.holder.Store(me)
-			return 0, true
-		}
-		// Sleep until woken or a while passes, then look at the holder.
-		futexWait(&l.state, 2, 2*time.Millisecond)
-		if h := l.holder.Load(); h != 0 && h != agentHolder && !b.alive(int(h)-1) {
-			if l.holder.CompareAndSwap(h, me) {
-				l.state.Store(2) // wake sleepers at unlock: they may be many
-				return h, true
+		v := l.w.Load()
+		if v == 0 {
+			// Free. Keep the sleepers bit: others may be waiting.
+			if l.w.CompareAndSwap(0, mine|1) {
+				return 0, true
 			}
+			continue
+		}
+		if v&1 == 0 && !l.w.CompareAndSwap(v, v|1) {
+			continue
+		}
+		v |= 1
+		// Sleep until woken or a while passes, then look at the holder.
+		futexWait(&l.w, v, 2*time.Millisecond)
+		h := v >> 1
+		if h != agentHolder || me == agentHolder {
+			agentSince = time.Time{}
+		} else if agentSince.IsZero() {
+			agentSince = time.Now()
+		}
+		if l.w.Load() == v && b.stale(h, me, agentSince) && l.w.CompareAndSwap(v, mine|1) {
+			return h, true
 		}
 		if max > 0 && time.Now().After(deadline) {
+			if me == agentHolder {
+				b.agentBusy.Add(-1)
+			}
 			return 0, false
 		}
 	}
 }
 
+// stale reports whether holder id h cannot hold a lock any more, as seen
+// by waiter me: h names no live slot, or it is the creator's id and either
+// the creator itself is waiting and holds no lock, or a member has seen it
+// there since agentSince, longer than the creator holds a lock.
+func (b *ShareBlock) stale(h, me uint32, agentSince time.Time) bool {
+	switch {
+	case h == agentHolder && me == agentHolder:
+		return b.agentBusy.Load() <= 1
+	case h == agentHolder:
+		return !agentSince.IsZero() && time.Since(agentSince) > agentWait
+	}
+	return !b.alive(int(h) - 1)
+}
+
 var errStuck = fmt.Errorf("share: a lock of the block is held by a live member of the domain for over %v: %w", agentWait, fi.EBUSY)
 
-func (b *ShareBlock) unlock(l *shareLock) {
-	l.holder.Store(0)
-	if l.state.Swap(0) == 2 {
-		futexWake(&l.state, 1)
+// unlock releases l, which me holds.
+func (b *ShareBlock) unlock(l *shareLock, me uint32) {
+	if l.w.Swap(0)&1 != 0 {
+		futexWake(&l.w, 1)
+	}
+	if me == agentHolder {
+		b.agentBusy.Add(-1)
 	}
 }
 
@@ -379,7 +428,7 @@ func (b *ShareBlock) Activate(slot int) error {
 	s.lost.Store(0)
 	s.gen.Add(1)
 	s.state.Store(slotActive)
-	b.unlock(l)
+	b.unlock(l, agentHolder)
 	return nil
 }
 
@@ -451,7 +500,7 @@ func (b *ShareBlock) Fill(slot int, s *Socket, addrs []uint64) int {
 			}
 		}
 		sl.stagingN.Store(0)
-		b.unlock(l)
+		b.unlock(l, me)
 		done += int(k)
 		if int(k) < len(batch) {
 			break
@@ -482,13 +531,11 @@ func (b *ShareBlock) Complete(slot int, s *Socket, out []uint64) int {
 	// frames in its return ring: no need to wait for it, unless it is
 	// dead (then take the lock over).
 	l, me := b.compLock(0), uint32(slot+1)
-	if !l.state.CompareAndSwap(0, 1) {
-		if h := l.holder.Load(); h == 0 || h == agentHolder || b.alive(int(h)-1) {
+	if !l.w.CompareAndSwap(0, me<<1) {
+		if v := l.w.Load(); v == 0 || !b.stale(v>>1, me, time.Time{}) {
 			return n
 		}
 		b.lock(l, me)
-	} else {
-		l.holder.Store(me)
 	}
 	// Both indices afresh: other processes moved the consumer index since
 	// this one last looked, possibly past the producer index it cached
@@ -508,7 +555,7 @@ func (b *ShareBlock) Complete(slot int, s *Socket, out []uint64) int {
 		}
 	}
 	c.release(i)
-	b.unlock(l)
+	b.unlock(l, me)
 	return n
 }
 
@@ -524,13 +571,21 @@ func (b *ShareBlock) pushReturn(o int, addr uint64) {
 	s.retProd.Store(p + 1)
 }
 
+// popReturn takes slot's frames off its return ring into out. The ring is
+// in the block, which every member can write: it takes only addresses of
+// slot's own transmit frames, and drops anything else.
 func (b *ShareBlock) popReturn(slot int, out []uint64) int {
 	s, r := b.slot(slot), b.ret(slot)
 	c, p := s.retCons.Load(), s.retProd.Load()
+	if p-c > uint32(len(r)) {
+		c = p - uint32(len(r)) // indices scribbled on: at most a ring's worth
+	}
 	n := 0
 	for ; c != p && n < len(out); c++ {
-		out[n] = r[c&uint32(len(r)-1)]
-		n++
+		if a := r[c&uint32(len(r)-1)]; b.txOwner(a) == slot {
+			out[n] = a
+			n++
+		}
 	}
 	s.retCons.Store(c)
 	return n
@@ -594,7 +649,7 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 			}
 		}
 		sl.stagingN.Store(0)
-		b.unlock(l)
+		b.unlock(l, agentHolder)
 	}
 	for f := range b.cfg.RxFrames {
 		if m[f] == me {
@@ -613,7 +668,7 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 		f.put(i, back[i])
 	}
 	f.submit(k)
-	b.unlock(l)
+	b.unlock(l, agentHolder)
 	// The completion lock, if the slot died holding it: its drain either
 	// released the ring's entries or did not (then the next drain sees
 	// them again, and transmit paths ignore completions of frames they
@@ -623,7 +678,7 @@ func (b *ShareBlock) Reclaim(slot int, anchors []*Socket, extra []uint64) (int, 
 		return int(k), errStuck // the slot stays retired: never reused
 	}
 	sl.state.Store(slotFree)
-	b.unlock(cl)
+	b.unlock(cl, agentHolder)
 	if int(k) < len(back) {
 		return int(k), fmt.Errorf("share: fill ring took %d of %d reclaimed frames: %w", k, len(back), fi.ENOSPC)
 	}

@@ -46,7 +46,7 @@ func TestShareLockChild(t *testing.T) {
 	for range 100000 {
 		b.LockForTest(0, slot)
 		x.Store(x.Load() + 1) // not atomic as a whole: only the lock makes it exact
-		b.UnlockForTest(0)
+		b.UnlockForTest(0, slot)
 	}
 }
 
@@ -79,7 +79,7 @@ func TestShareLockAcrossProcesses(t *testing.T) {
 	for range 100000 {
 		b.LockForTest(0, 2)
 		x.Store(x.Load() + 1)
-		b.UnlockForTest(0)
+		b.UnlockForTest(0, 2)
 	}
 	for _, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
@@ -108,20 +108,74 @@ func TestShareLockTakeover(t *testing.T) {
 	if stolen != 1 {
 		t.Errorf("taken over from %d, want slot 0 (id 1)", stolen)
 	}
-	b.UnlockForTest(0)
+	b.UnlockForTest(0, 1)
 
-	b.ScribbleLockForTest(0, 0xdead)
-	done := make(chan uint32)
-	go func() { done <- b.LockForTest(0, 2) }()
-	select {
-	case got := <-done:
-		if got != 0xdead {
-			t.Errorf("scribbled lock taken over from %#x", got)
+	// A member scribbles a lock to name no slot, or no holder at all (as a
+	// process killed between taking a lock and naming itself would have
+	// left a lock of two words), or the creator: a member waiting for it
+	// takes it over (the creator's id after the longest the creator holds
+	// a lock), and so does the creator, at once when it holds no lock.
+	for _, c := range []struct {
+		id     uint32
+		waiter int // slot, -1: the creator
+	}{{0xdead, 2}, {0, 2}, {dataplane.AgentHolderForTest, 2}, {dataplane.AgentHolderForTest, -1}, {0, -1}} {
+		b.ScribbleLockForTest(0, c.id)
+		done := make(chan uint32)
+		start := time.Now()
+		go func() { done <- b.LockForTest(0, c.waiter) }()
+		select {
+		case got := <-done:
+			if got != c.id {
+				t.Errorf("lock scribbled to name %#x taken over by %d from %#x", c.id, c.waiter, got)
+			}
+			t.Logf("lock scribbled to name %#x: taken over by %d after %v", c.id, c.waiter, time.Since(start))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a lock scribbled to name %#x was never taken over by %d", c.id, c.waiter)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a lock held by no slot was never taken over")
+		b.UnlockForTest(0, c.waiter)
 	}
-	b.UnlockForTest(0)
+
+	// The creator's own hold is not taken from it by the creator's next
+	// call, which waits (within its bound) instead.
+	b.LockForTest(0, -1)
+	if _, ok := b.LockWithinForTest(0, -1, 50*time.Millisecond); ok {
+		t.Errorf("the creator took over a lock it holds")
+	}
+	b.UnlockForTest(0, -1)
+	if got, ok := b.LockWithinForTest(0, -1, time.Second); !ok || got != 0 {
+		t.Errorf("free lock: %v, taken over from %#x", ok, got)
+	}
+	b.UnlockForTest(0, -1)
+}
+
+// A member of the domain writes into another's return ring whatever it
+// likes: frames of other slots, receive frames, addresses past the UMEM,
+// producer indices far ahead. Complete hands back only the slot's own
+// transmit frames (an address outside the UMEM used to panic the
+// receiver's transmit path).
+func TestShareReturnRingScribbled(t *testing.T) {
+	b := newBlock(t, shareCfg)
+	for slot := range 2 {
+		if err := b.Activate(slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f0, _ := b.TxRange(0)
+	f1, _ := b.TxRange(1)
+	own := uint64(f0) * 4096
+	b.ReturnRingForTest(0, []uint64{1 << 40, ^uint64(0), uint64(f1) * 4096, 0, own, uint64(shareCfg.NumFrames()) * 4096})
+	out := make([]uint64, 16)
+	if n := b.Complete(0, nil, out); n != 1 || out[0] != own {
+		t.Errorf("complete took %v, want only the slot's own frame %#x", out[:n], own)
+	}
+	// A producer index a ring's worth and more ahead: at most a ring's
+	// worth is read, none of it taken.
+	b.ReturnRingForTest(0, make([]uint64, 3*shareCfg.TxFrames+7))
+	for range 4 {
+		if n := b.Complete(0, nil, out); n != 0 {
+			t.Errorf("complete took %v from a ring of zeros", out[:n])
+		}
+	}
 }
 
 // queueBed is a UMEM of cfg's frames with one socket on host A's queue 0.
@@ -200,7 +254,7 @@ func TestShareReclaim(t *testing.T) {
 			}
 			// The lock the dead slot held is free again.
 			b.LockForTest(0, 2)
-			b.UnlockForTest(0)
+			b.UnlockForTest(0, 2)
 		})
 	}
 }
