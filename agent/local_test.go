@@ -157,7 +157,8 @@ func TestLocalChild(t *testing.T) {
 
 // attack plays a hostile sender: it opens an endpoint, asks the agent for
 // a channel to dest with the raw protocol, maps it and writes garbage:
-// lengths beyond the slot, then a tail far ahead of the head.
+// lengths beyond the slot, then a tail far ahead of the head. Then it goes
+// for the wake-up descriptors, as a sender and as a receiver.
 func attack(c *client.Client, local, dest netip.AddrPort, say func(localReport), fail func(error)) {
 	var res ctl.EPOpenResult
 	fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: os.Getenv("XDPFAB_IFACE"), Local: local.String(), AV: "job"}, &res)
@@ -191,7 +192,56 @@ func attack(c *client.Client, local, dest netip.AddrPort, say func(localReport),
 	unix.Syscall(unix.SYS_WRITE, uintptr(fds[1]), uintptr(0), 0)
 	time.Sleep(200 * time.Millisecond)
 	binary.NativeEndian.PutUint64(mem[0:], 1<<40) // then an absurd tail
+
+	// Then at the wake-up descriptors. As a sender: fill the one it was
+	// given to wake dest and make it blocking. As a receiver: make the one
+	// of its own endpoint blocking, fill it through a sender's descriptor
+	// of its own, and have a third endpoint connect to the first, so that
+	// the agent wakes it. With one open file shared by the receiver, the
+	// agent and every sender (an eventfd, as it was), the agent then hung
+	// in that wake-up, holding its same-host lock for ever: every client's
+	// same-host request and every endpoint's close after it hung too.
+	fillBlocking(fds[1])
+	open := func(port uint16) uint32 {
+		var r ctl.EPOpenResult
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: os.Getenv("XDPFAB_IFACE"), Local: netip.AddrPortFrom(local.Addr(), port).String(), AV: "job"}, &r)
+		if err != nil {
+			fail(err)
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return r.Handover.ID
+	}
+	bell, err := c.Call(ctl.OpLocalAttach.Name(), ctl.LocalEPArgs{ID: res.Handover.ID}, nil)
+	if err != nil {
+		fail(err)
+	}
+	fillBlocking(bell[1])
+	second, third := open(local.Port()+1), open(local.Port()+2)
+	w, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: second, Dest: local.String()}, &info)
+	if err != nil {
+		fail(err)
+	}
+	fillBlocking(w[1])
+	if _, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: third, Dest: local.String()}, &info); err != nil {
+		fail(err)
+	}
 	say(localReport{Phase: "attacked"})
+}
+
+// fillBlocking fills a wake-up descriptor (an eventfd's counter, or a
+// pipe, as far as fd lets it) and clears its O_NONBLOCK.
+func fillBlocking(fd int) {
+	var max [8]byte
+	binary.NativeEndian.PutUint64(max[:], 1<<64-2)
+	unix.Write(fd, max[:])
+	for range 1 << 16 {
+		if _, err := unix.Write(fd, max[:1]); err != nil {
+			break
+		}
+	}
+	unix.SetNonblock(fd, false)
 }
 
 // localIfaces adds interfaces to host A for TestLocalPeers: a device queue
@@ -243,7 +293,9 @@ func localIfaces(t *testing.T, n *node, names ...string) []netip.Addr {
 
 // TestLocalPeers: processes that opened endpoints through the agent on one
 // node exchange messages through same-host channels with correct
-// attribution; a hostile sender's garbage closes only its own channel;
+// attribution; a hostile sender's garbage closes only its own channel, and
+// what it does to its wake-up descriptors blocks no one (the agent serves
+// the others' same-host requests after it);
 // SIGKILL of a sender or a receiver has its channels reclaimed.
 func TestLocalPeers(t *testing.T) {
 	n := newNode(t)

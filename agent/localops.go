@@ -75,6 +75,17 @@ func (l *localState) begin(cn *conn) {
 	delete(l.sent, cn)
 }
 
+// replyWriter is reply with a channel's memfd and a write end of the
+// receiver's wake-up pipe of the sender's own (ep.Doorbell.Writer).
+func (l *localState) replyWriter(cn *conn, memfd int, bell *ep.Doorbell) ([]int, error) {
+	w, err := bell.Writer()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(w)
+	return l.reply(cn, memfd, w)
+}
+
 // reply duplicates fds for cn's reply.
 func (l *localState) reply(cn *conn, fds ...int) ([]int, error) {
 	out := make([]int, 0, len(fds))
@@ -147,7 +158,7 @@ func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec)
 	}
 	for _, c := range from.out {
 		if c.to == to && c.info.Dest == dest {
-			fds, err := l.reply(cn, c.ch.FD(), to.bell.EventFD())
+			fds, err := l.replyWriter(cn, c.ch.FD(), to.bell)
 			return c.info, fds, err
 		}
 	}
@@ -163,7 +174,7 @@ func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec)
 	}
 	l.next++
 	c := &localChan{ch: ch, from: from, to: to, info: ep.LocalChannelInfo{ID: l.next, Src: ep.ShmSource(local, dest), Dest: dest, Slots: slots, SlotSize: slotSize}}
-	fds, err := l.reply(cn, ch.FD(), to.bell.EventFD())
+	fds, err := l.replyWriter(cn, ch.FD(), to.bell)
 	if err != nil {
 		ch.Close()
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: %w", err)

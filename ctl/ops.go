@@ -106,11 +106,13 @@ var (
 
 	// OpLocalAttach makes an endpoint the caller opened reachable by the
 	// node's other endpoints; the reply carries its doorbell (a memfd page
-	// and an eventfd, ep.Endpoint.EnableLocal's order).
+	// and the read end of its wake-up pipe, ep.Endpoint.EnableLocal's
+	// order).
 	OpLocalAttach = op[LocalEPArgs, None]("local.attach")
 	// OpLocalConnect sets up a channel from an endpoint the caller opened
 	// to the endpoint of the node at Dest; the reply carries the channel's
-	// memfd and the receiver's eventfd.
+	// memfd and a write end of the receiver's wake-up pipe, opened for
+	// this caller alone.
 	OpLocalConnect = op[LocalConnectArgs, ep.LocalChannelInfo]("local.connect")
 	// OpLocalAccept returns the channels set up towards an endpoint the
 	// caller opened since its last call, with one memfd each.

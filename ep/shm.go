@@ -34,8 +34,8 @@ import (
 // frames. Its progress reads one counter per channel (the sender's tail)
 // and the doorbell's generation, which announces new channels. A receiver
 // that sleeps in poll(2) (automatic progress) marks its channels
-// "sleeping" first; a sender that sees the mark signals the receiver's
-// eventfd.
+// "sleeping" first; a sender that sees the mark writes a byte to the
+// receiver's wake-up pipe (a write end of its own: see newWaker).
 
 // MaxShmChannels bounds the channels one endpoint sends on, and those it
 // receives on: a further one fails with fi.EDQUOT.
@@ -69,8 +69,9 @@ type LocalChannelInfo struct {
 // agent (package client implements it on the agent's protocol).
 type LocalBroker interface {
 	// Connect asks for a channel from the endpoint to dest. The
-	// descriptors are the channel's memfd and the receiver's eventfd; the
-	// endpoint owns them.
+	// descriptors are the channel's memfd and a write end of the
+	// receiver's wake-up pipe for this endpoint alone; the endpoint owns
+	// them.
 	Connect(dest netip.AddrPort) (LocalChannelInfo, []int, error)
 	// Accept returns the channels set up towards the endpoint since the
 	// last call, with one memfd each, in order; the endpoint owns them.
@@ -94,7 +95,8 @@ type LocalStats struct {
 type shmState struct {
 	e      *Endpoint
 	broker LocalBroker // nil: channels within this process (the registry)
-	evfd   int         // the receiver's eventfd: senders signal it while it sleeps
+	evfd   int         // its wake-up pipe's read end: senders write to it while it sleeps
+	evw    int         // a write end of that pipe, in-process only (-1: the agent's)
 	bell   *atomic.Uint64
 	bellB  []byte        // the agent's doorbell page, mapped; nil in-process
 	local  atomic.Uint64 // the in-process doorbell
@@ -130,7 +132,7 @@ type shmState struct {
 type shmTx struct {
 	m    shmMem
 	tail uint64
-	evfd int // a duplicate of the receiver's eventfd
+	evfd int // a write end of the receiver's wake-up pipe
 	dest netip.AddrPort
 	own  bool // m.b is a mapping of this process
 }
@@ -166,7 +168,7 @@ var (
 )
 
 func newShmState(e *Endpoint, broker LocalBroker) *shmState {
-	s := &shmState{e: e, broker: broker, evfd: -1, parked: make([][]shmParked, len(e.rx)), spare: make([][][]byte, len(e.rx))}
+	s := &shmState{e: e, broker: broker, evfd: -1, evw: -1, parked: make([][]shmParked, len(e.rx)), spare: make([][][]byte, len(e.rx))}
 	s.bell = &s.local
 	return s
 }
@@ -176,7 +178,7 @@ func newShmState(e *Endpoint, broker LocalBroker) *shmState {
 func (e *Endpoint) shmOpen() error {
 	s := newShmState(e, nil)
 	var err error
-	if s.evfd, err = newEventFD(); err != nil {
+	if s.evfd, s.evw, err = newWaker(); err != nil {
 		return fmt.Errorf("ep open: %w", err)
 	}
 	e.shm.Store(s)
@@ -189,9 +191,9 @@ func (e *Endpoint) shmOpen() error {
 // EnableLocal lets an endpoint opened through the agent send to and
 // receive from endpoints of the same node: b sets channels up, fds are the
 // endpoint's doorbell (a memfd page whose first word the agent increments
-// when a channel to the endpoint is set up) and eventfd, which the
-// endpoint owns from now on, whatever the outcome. Package client calls it
-// after Adopt.
+// when a channel to the endpoint is set up) and the read end of its
+// wake-up pipe, which the endpoint owns from now on, whatever the outcome.
+// Package client calls it after Adopt.
 func (e *Endpoint) EnableLocal(b LocalBroker, fds []int) (err error) {
 	defer func() {
 		if err != nil {
@@ -210,6 +212,9 @@ func (e *Endpoint) EnableLocal(b LocalBroker, fds []int) (err error) {
 		return fmt.Errorf("ep enable local: endpoint closed: %w", fi.EOPBADSTATE)
 	case e.shm.Load() != nil:
 		return fmt.Errorf("ep enable local: already enabled: %w", fi.EALREADY)
+	}
+	if err := checkPipe(fds[1], true); err != nil {
+		return fmt.Errorf("ep enable local: %w", err)
 	}
 	mem, err := mapSealed(fds[0], 4096)
 	if err != nil {
@@ -311,7 +316,7 @@ func (s *shmState) connectInProcess(dest netip.AddrPort, local bool) (*shmTx, er
 	}
 	slotSize := shmSlotSize(e.maxMsg)
 	m := shmMem{b: newShmBytes(shmSize(ShmSlots, slotSize)), slots: ShmSlots, slotSize: slotSize}
-	ev, err := dupFD(rs.evfd)
+	ev, err := dupFD(rs.evw)
 	if err != nil {
 		return nil, fmt.Errorf("same-host channel to %v: %w", dest, err)
 	}
@@ -334,7 +339,7 @@ func (s *shmState) hand(rx *shmRx) error {
 	}
 	s.pending = append(s.pending, rx)
 	s.local.Add(1)
-	signalFD(s.evfd)
+	signalFD(s.evw)
 	return nil
 }
 
@@ -388,7 +393,8 @@ func (s *shmState) connect(dest netip.AddrPort, local bool) (*shmTx, error) {
 	return tx, nil
 }
 
-// mapTx maps a channel the agent set up (fds: memfd, receiver's eventfd).
+// mapTx maps a channel the agent set up (fds: memfd, a write end of the
+// receiver's wake-up pipe of this sender's own).
 func (s *shmState) mapTx(info LocalChannelInfo, fds []int) (*shmTx, error) {
 	fail := func(err error) (*shmTx, error) {
 		for _, fd := range fds {
@@ -400,6 +406,9 @@ func (s *shmState) mapTx(info LocalChannelInfo, fds []int) (*shmTx, error) {
 		return fail(fmt.Errorf("%d descriptors, want 2: %w", len(fds), fi.EIO))
 	}
 	if err := checkShmShape(info.Slots, info.SlotSize); err != nil {
+		return fail(err)
+	}
+	if err := checkPipe(fds[1], false); err != nil {
 		return fail(err)
 	}
 	b, err := mapSealed(fds[0], shmSize(info.Slots, info.SlotSize))
@@ -843,7 +852,7 @@ func (s *shmState) drainParked(c *rxCtx, ci int) {
 }
 
 // shmPollFD is the descriptor automatic progress polls beside the sockets
-// (the endpoint's eventfd), or -1.
+// (the read end of the endpoint's wake-up pipe), or -1.
 func (e *Endpoint) shmPollFD() int {
 	if s := e.shm.Load(); s != nil {
 		return s.evfd
@@ -852,7 +861,7 @@ func (e *Endpoint) shmPollFD() int {
 }
 
 // shmSleep prepares the endpoint's channels for a sleep in poll(2): it
-// marks them sleeping, so that senders signal the eventfd, then checks
+// marks them sleeping, so that senders write to its wake-up pipe, then checks
 // them again. It reports false, and clears the marks, when something
 // arrived meanwhile: do not sleep then.
 func (e *Endpoint) shmSleep() bool {
@@ -878,7 +887,8 @@ func (e *Endpoint) shmSleep() bool {
 	return !ready
 }
 
-// shmAwake clears the sleeping marks and the eventfd after a sleep.
+// shmAwake clears the sleeping marks and drains the wake-up pipe after a
+// sleep.
 func (e *Endpoint) shmAwake() {
 	s := e.shm.Load()
 	if s == nil {
@@ -945,6 +955,7 @@ func (e *Endpoint) shmClose() {
 		c.mu.Unlock()
 	}
 	closeFD(s.evfd)
+	closeFD(s.evw)
 	unmapShm(s.bellB)
 	s.bellB = nil
 	s.bell = &s.local

@@ -68,10 +68,12 @@ func (c *LocalChannel) Close() {
 }
 
 // Doorbell tells a receiving endpoint that channels were set up towards
-// it: a sealed memfd page whose first word counts them, and an eventfd
-// signalled with each, for a receiver asleep in poll(2).
+// it: a sealed memfd page whose first word counts them, and a wake-up pipe
+// written to with each, for a receiver asleep in poll(2). The receiver
+// gets the pipe's read end; the doorbell keeps a write end of its own, and
+// each sender gets one of its own (Writer).
 type Doorbell struct {
-	fd, evfd int
+	fd, r, w int
 	mem      []byte
 }
 
@@ -86,32 +88,34 @@ func NewDoorbell() (*Doorbell, error) {
 		closeFD(fd)
 		return nil, fmt.Errorf("map doorbell: %w", err)
 	}
-	ev, err := newEventFD()
+	r, w, err := newWaker()
 	if err != nil {
 		unmapShm(mem)
 		closeFD(fd)
 		return nil, err
 	}
-	return &Doorbell{fd: fd, evfd: ev, mem: mem}, nil
+	return &Doorbell{fd: fd, r: r, w: w, mem: mem}, nil
 }
 
 // FDs are the descriptors to hand to the receiver (EnableLocal's order):
-// the page's memfd and the eventfd (none for a nil or zero Doorbell, or
-// once closed).
+// the page's memfd and the wake-up pipe's read end (none for a nil or zero
+// Doorbell, or once closed).
 func (d *Doorbell) FDs() []int {
 	if d == nil || d.mem == nil {
 		return nil
 	}
-	return []int{d.fd, d.evfd}
+	return []int{d.fd, d.r}
 }
 
-// EventFD is the receiver's eventfd, which senders signal (-1 for a nil or
-// zero Doorbell, or once closed).
-func (d *Doorbell) EventFD() int {
+// Writer opens a write end of the receiver's wake-up pipe for one sender:
+// an open file of its own, which the caller owns. Whatever its holder does
+// to it (blocking mode included), neither the doorbell's own writes nor
+// another sender's can block.
+func (d *Doorbell) Writer() (int, error) {
 	if d == nil || d.mem == nil {
-		return -1
+		return -1, fmt.Errorf("doorbell closed: %w", fi.EBADF)
 	}
-	return d.evfd
+	return reopenWriter(d.w)
 }
 
 // Ring announces a change: the receiver's next progress asks for it.
@@ -120,7 +124,7 @@ func (d *Doorbell) Ring() {
 		return
 	}
 	(*atomic.Uint64)(unsafe.Pointer(&d.mem[0])).Add(1)
-	signalFD(d.evfd)
+	signalFD(d.w)
 }
 
 // Close releases the doorbell; the receiver keeps its mapping.
@@ -131,5 +135,6 @@ func (d *Doorbell) Close() {
 	unmapShm(d.mem)
 	d.mem = nil
 	closeFD(d.fd)
-	closeFD(d.evfd)
+	closeFD(d.r)
+	closeFD(d.w)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 )
 
-// Same-host channels need memfd and eventfd: off Linux, where no endpoint
+// Same-host channels need memfd and pipes reopened through /proc: off Linux, where no endpoint
 // opens, they fail with fi.EOPNOTSUPP.
 
 var errShmOS = fmt.Errorf("same-host channels need Linux: %w", fi.EOPNOTSUPP)
@@ -17,7 +17,9 @@ func newSealedMemfd(string, int) (int, error) { return -1, errShmOS }
 func mapSealed(int, int) ([]byte, error)      { return nil, errShmOS }
 func mapFD(int, int) ([]byte, error)          { return nil, errShmOS }
 func unmapShm([]byte)                         {}
-func newEventFD() (int, error)                { return -1, errShmOS }
+func newWaker() (int, int, error)             { return -1, -1, errShmOS }
+func reopenWriter(int) (int, error)           { return -1, errShmOS }
+func checkPipe(int, bool) error               { return errShmOS }
 func dupFD(int) (int, error)                  { return -1, errShmOS }
 func signalFD(int)                            {}
 func drainFD(int)                             {}
