@@ -113,7 +113,7 @@ func (d *Doorbell) FDs() []int {
 // another sender's can block.
 func (d *Doorbell) Writer() (int, error) {
 	if d == nil || d.mem == nil {
-		return -1, fmt.Errorf("doorbell closed: %w", fi.EBADF)
+		return -1, fmt.Errorf("doorbell closed, or not from NewDoorbell: %w", fi.EINVAL)
 	}
 	return reopenWriter(d.w)
 }
