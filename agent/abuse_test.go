@@ -245,3 +245,40 @@ func TestIdleConnectionsAreCheap(t *testing.T) {
 	}
 	t.Logf("%d idle connections: %d KiB", n, grew>>10)
 }
+
+// An endpoint whose sockets' descriptors would not fit one reply (64
+// receive contexts on each of 4 queues: 261 descriptors, a message carries
+// 253) is refused with EINVAL, saying how many it needs, and the agent
+// serves on: the same request with one context succeeds. (The check runs
+// before the agent makes any socket; it used to run after it had made all
+// 260. This test sees the refusal, not when it came.)
+func TestEPOpenTooManyDescriptors(t *testing.T) {
+	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
+	n.startAgent()
+	c, err := client.Dial(n.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "fds"}); err != nil {
+		t.Fatal(err)
+	}
+	args := ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, 7000).String(), AV: "fds", Private: true, RxContexts: 64}
+	_, err = c.Call(ctl.OpEPOpen.Name(), args, nil)
+	wantErrno(t, "64 contexts on 4 queues", err, fi.EINVAL)
+	if err != nil && !strings.Contains(err.Error(), "need 261 descriptors") {
+		t.Errorf("refusal %q does not say how many descriptors it needs", err)
+	}
+	args.RxContexts = 1
+	var res ctl.EPOpenResult
+	fds, err := c.Call(ctl.OpEPOpen.Name(), args, &res)
+	if err != nil {
+		t.Fatalf("1 context on 4 queues: %v", err)
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if len(fds) != 1+4+4 {
+		t.Errorf("handover carries %d descriptors, want 9", len(fds))
+	}
+}

@@ -155,6 +155,19 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: interface %q: %w", args.Iface, fi.ENODEV)
 	}
 	e.ifindex = ifc.Index
+	// The descriptors the endpoint's handover will carry (its frames'
+	// memfd, an anchor socket per queue, a socket per context and queue,
+	// the domain's block and transmit socket), bounded before any is made.
+	if _, n, err := queueRange(ifc.Index, args.FirstQueue, args.Queues); err == nil {
+		need := 1 + n + max(1, args.RxContexts)*n
+		if !args.Private {
+			need += 2
+		}
+		if need > ctl.MaxFDs {
+			return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
+				max(1, args.RxContexts), n, need, ctl.MaxFDs, fi.EINVAL)
+		}
+	}
 	// Queue arbitration and the endpoint's making are one step: two
 	// requests for the same free queues get one each, not both.
 	a.qmu.Lock()

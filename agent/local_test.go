@@ -196,8 +196,8 @@ func attack(c *client.Client, local, dest netip.AddrPort, say func(localReport),
 	// Then at the wake-up descriptors. As a sender: fill the one it was
 	// given to wake dest and make it blocking. As a receiver: make the one
 	// of its own endpoint blocking, fill it through a sender's descriptor
-	// of its own, and have a third endpoint connect to the first, so that
-	// the agent wakes it. With one open file shared by the receiver, the
+	// of its own, and have two more endpoints connect to the first, so
+	// that the agent wakes it. With one open file shared by the receiver, the
 	// agent and every sender (an eventfd, as it was), the agent then hung
 	// in that wake-up, holding its same-host lock for ever: every client's
 	// same-host request and every endpoint's close after it hung too.
@@ -218,13 +218,21 @@ func attack(c *client.Client, local, dest netip.AddrPort, say func(localReport),
 		fail(err)
 	}
 	fillBlocking(bell[1])
-	second, third := open(local.Port()+1), open(local.Port()+2)
-	w, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: second, Dest: local.String()}, &info)
+	// A channel from the endpoint to itself first (its wake-up filled
+	// through it), then two more towards it, each waking it.
+	self, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: res.Handover.ID, Dest: local.String()}, &info)
 	if err != nil {
 		fail(err)
 	}
-	fillBlocking(w[1])
-	if _, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: third, Dest: local.String()}, &info); err != nil {
+	fillBlocking(self[1])
+	for _, from := range []uint32{open(local.Port() + 1), open(local.Port() + 2)} {
+		if _, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: from, Dest: local.String()}, &info); err != nil {
+			fail(err)
+		}
+	}
+	// Closing it drops its channels, the one to itself among them (in both
+	// of its lists: TestLocalDropSelfChannel has the drop alone).
+	if _, err := c.Call(ctl.OpEPClose.Name(), ctl.EPCloseArgs{ID: res.Handover.ID}, nil); err != nil {
 		fail(err)
 	}
 	say(localReport{Phase: "attacked"})

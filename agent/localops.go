@@ -266,7 +266,16 @@ func (l *localState) dropLocked(id uint32) {
 		return
 	}
 	delete(l.eps, id)
-	for _, c := range append(le.in, le.out...) {
+	// A copy: the loop edits the lists (an endpoint's channel to itself
+	// is in both, and in other's, which is le's then). Appending le.out
+	// to le.in in place, as this did, let the first deletion overwrite the
+	// rest of the loop's slice: a nil channel, a panic, the agent gone.
+	seen := map[*localChan]bool{}
+	for _, c := range slices.Concat(le.in, le.out) {
+		if seen[c] {
+			continue
+		}
+		seen[c] = true
 		c.ch.Shut()
 		other := c.to
 		if other == le {
