@@ -391,8 +391,18 @@ func (a *Agent) gcLoop(ctx context.Context) {
 // AVs, their endpoints' table entries and XSKMAP slots, and the AV capacity
 // they held in reserve. A process is named by pid and start time
 // (internal/procid), so a reused pid is never taken for the dead owner.
+//
+// An owner the agent still serves counts as alive, whatever its pid: the
+// agent records the connecting process as the owner of what it prepares,
+// and a connection can outlive that process (it forked, and exited with
+// the child holding the connection). Reclaiming then would free ids and
+// socket slots the connection still releases at its end, by then
+// another's.
 func (a *Agent) gc() {
-	alive := func(pid uint32, start uint64) bool { return procid.ID{PID: pid, Start: start}.Alive() }
+	served := a.served() // before the maps' lock: a.mu is never taken under it
+	alive := func(pid uint32, start uint64) bool {
+		return served[procid.ID{PID: pid, Start: start}] || procid.ID{PID: pid, Start: start}.Alive()
+	}
 	err := av.Slots(a.dp, func(id uint32, m *bpf.AVMeta) {
 		if m.OwnerPid == 0 || alive(m.OwnerPid, m.OwnerStart) {
 			return
@@ -415,6 +425,17 @@ func (a *Agent) gc() {
 	} else if freed > 0 {
 		a.log.Info("gave back the AV capacity dead processes held", "entries", freed)
 	}
+}
+
+// served returns the processes the agent's connections came from.
+func (a *Agent) served() map[procid.ID]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := make(map[procid.ID]bool, len(a.clients))
+	for c := range a.clients {
+		m[procid.ID{PID: uint32(c.who.pid), Start: c.who.start}] = true
+	}
+	return m
 }
 
 // buildVersion is the agent's module version and commit as the Go

@@ -531,6 +531,17 @@ func (e *Endpoint) deregister() error {
 	unlock := e.dp.Lock()
 	defer unlock()
 	var err error
+	// Only what is still this endpoint's: ReclaimDead may have taken it
+	// (its owner process looked dead) and given its address, id and socket
+	// slots to another endpoint since; deleting them would cut that one
+	// off.
+	var cur bpf.EPVal
+	if lerr := e.dp.EP.Lookup(e.key, &cur); lerr != nil || cur.EpId != e.id || cur.XskBase != e.xskBase {
+		if e.unwatch != nil {
+			e.unwatch()
+		}
+		return nil
+	}
 	if derr := e.dp.DeleteEndpoint(e.key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 		err = fmt.Errorf("endpoint table: %w", derr)
 	}
