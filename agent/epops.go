@@ -211,7 +211,9 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 		if e.p.ID() == id {
 			cn.eps = append(cn.eps[:i], cn.eps[i+1:]...)
 			defer a.releaseEP(cn.who.uid, e.umem)
-			defer a.localDropEP(id) // its same-host channels (localops.go)
+			// Its same-host channels first (localops.go), while the id is
+			// still its own: closeEP frees the id for the next endpoint.
+			a.localDropEP(id)
 			// The application closed it: it no longer runs its data path.
 			return a.closeEP(e, "closed")
 		}

@@ -114,6 +114,12 @@ func (a *Agent) localAttach(cn *conn, args ctl.LocalEPArgs, rec *auditRec) (ctl.
 	defer l.mu.Unlock()
 	l.begin(cn)
 	le := l.eps[args.ID]
+	if le != nil && le.cn != cn {
+		// Another connection's record of an endpoint id that is this
+		// connection's now (localEndpoint said so): stale, drop it.
+		l.dropLocked(args.ID)
+		le = nil
+	}
 	if le == nil {
 		le = &localEP{cn: cn, id: args.ID, local: local, maxMsg: maxMsg}
 	}
@@ -153,6 +159,13 @@ func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec)
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: no endpoint opened through the agent receives at %v: %w", dest, fi.EADDRNOTAVAIL)
 	}
 	from := l.eps[args.ID]
+	if from != nil && from.cn != cn {
+		l.dropLocked(args.ID) // stale, as in localAttach
+		from = nil
+		if to = l.receiver(dest, hostAddr); to == nil {
+			return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: no endpoint opened through the agent receives at %v: %w", dest, fi.EADDRNOTAVAIL)
+		}
+	}
 	if from == nil {
 		from = &localEP{cn: cn, id: args.ID, local: local, maxMsg: maxMsg}
 	}
