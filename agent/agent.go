@@ -84,9 +84,13 @@ type Agent struct {
 	usage    map[uint32]*usage  // per uid, guarded by mu
 	local    localState         // same-host channels (localops.go)
 
-	qmu      sync.Mutex           // serialises endpoint opens' queue arbitration
-	holds    map[int][]*queueHold // by ifindex, guarded by qmu
-	stopping atomic.Bool
+	qmu sync.Mutex // serialises endpoint opens' queue arbitration
+	// entryMu guards entryLocks: per owner uid, a lock each insert into
+	// the owner's AVs holds from its quota check to its end.
+	entryMu    sync.Mutex
+	entryLocks map[uint32]*sync.Mutex
+	holds      map[int][]*queueHold // by ifindex, guarded by qmu
+	stopping   atomic.Bool
 
 	atts        []*loader.Attachment // guarded by mu
 	ln          *net.UnixListener

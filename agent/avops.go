@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
@@ -72,16 +73,31 @@ func (a *Agent) ownedNames(uid uint32) []string {
 // ownedBy counts the named AVs uid owns.
 func (a *Agent) ownedBy(uid uint32) int { return len(a.ownedNames(uid)) }
 
-// checkEntryQuota refuses an insert of up to n addresses into the named AV
+// reserveEntries refuses an insert of up to n addresses into the named AV
 // when the entries of all the AVs its owner owns would exceed the owner's
-// quota (Limits.EntriesPerUID; root's AVs are not counted). Entries count
-// against the AV's owner whoever inserts them, as a file's blocks count
-// against its owner.
-func (a *Agent) checkEntryQuota(what, name string, n int) error {
+// quota (Limits.EntriesPerUID; root's AVs are not counted). Otherwise it
+// returns holding the owner's insert lock, which the caller releases
+// (the release it returns) once its insert is done: the check and the
+// insert are one step, so that parallel inserts of one owner from many
+// connections cannot each pass against what the AVs held before any of
+// them ran. Entries count against the AV's owner whoever inserts them, as
+// a file's blocks count against its owner.
+func (a *Agent) reserveEntries(what, name string, n int) (release func(), err error) {
 	o, err := av.OwnerOf(a.dp, name)
 	if err != nil || o.UID == 0 {
-		return nil // the insert itself reports a missing AV
+		return func() {}, nil // the insert itself reports a missing AV
 	}
+	a.entryMu.Lock()
+	if a.entryLocks == nil {
+		a.entryLocks = map[uint32]*sync.Mutex{}
+	}
+	l := a.entryLocks[o.UID]
+	if l == nil {
+		l = new(sync.Mutex)
+		a.entryLocks[o.UID] = l
+	}
+	a.entryMu.Unlock()
+	l.Lock()
 	used := 0
 	for _, owned := range a.ownedNames(o.UID) {
 		if v, err := a.namedAV(owned); err == nil {
@@ -89,11 +105,12 @@ func (a *Agent) checkEntryQuota(what, name string, n int) error {
 			used += k
 		}
 	}
-	if l := a.cfg.Limits.EntriesPerUID; used+n > l {
-		return fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",
-			what, name, o.UID, used, n, l, fi.EDQUOT)
+	if q := a.cfg.Limits.EntriesPerUID; used+n > q {
+		l.Unlock()
+		return nil, fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",
+			what, name, o.UID, used, n, q, fi.EDQUOT)
 	}
-	return nil
+	return l.Unlock, nil
 }
 
 // avGroup resolves an AV's group for its creator: a group the creator is
@@ -225,9 +242,11 @@ func (a *Agent) avInsert(args ctl.AVInsertArgs, rec *auditRec) (ctl.InsertResult
 	if args.UserIDs != nil && len(args.UserIDs) != len(args.Addrs) {
 		return ctl.InsertResult{}, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(args.UserIDs), len(args.Addrs), fi.EINVAL)
 	}
-	if err := a.checkEntryQuota("av insert", args.Name, len(args.Addrs)); err != nil {
+	release, err := a.reserveEntries("av insert", args.Name, len(args.Addrs))
+	if err != nil {
 		return ctl.InsertResult{}, err
 	}
+	defer release()
 	addrs := make([]string, len(args.Addrs))
 	malformed := make([]bool, len(args.Addrs))
 	for i, s := range args.Addrs {
@@ -303,9 +322,11 @@ func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs, rec *auditRec) (ctl.Insert
 		return ctl.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
 			nodes, svcs, maxPerCall, fi.EINVAL)
 	}
-	if err := a.checkEntryQuota("av insertsym", args.Name, nodes*svcs); err != nil {
+	release, err := a.reserveEntries("av insertsym", args.Name, nodes*svcs)
+	if err != nil {
 		return ctl.InsertResult{}, err
 	}
+	defer release()
 	r := ctl.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
 	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SyncErr, r.Errnos)
 	r.Inserted = n

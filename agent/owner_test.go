@@ -1,6 +1,9 @@
 package agent_test
 
 import (
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/xdpfab/xdpfab/agent"
@@ -79,4 +82,45 @@ func TestAVQuota(t *testing.T) {
 	if _, err := c.AVInsert(ctl.AVInsertArgs{Name: "q3", Addrs: []string{"198.18.7.3:1"}}); err != nil {
 		t.Errorf("the last entry of the quota: %v", err)
 	}
+}
+
+// Inserts of one owner from many connections at once are checked against
+// the entry quota together: exactly as many fit as the quota holds (each
+// used to be checked against what the AVs held before any of them ran:
+// 6000 entries of a quota of 4000 here).
+func TestAVQuotaParallelInserts(t *testing.T) {
+	const quota, conns, each = 4000, 8, 2000
+	_, _, sock := inProcessAgent(t, func(c *agent.Config) {
+		c.SocketGroup = "65534"
+		c.Limits.EntriesPerUID = quota
+		c.Limits.ConnsPerUID = conns + 1
+	})
+	owner := mustDialAs(t, sock, 4546, nobody)
+	if _, err := owner.AVCreate(ctl.AVCreateArgs{Name: "par"}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range conns {
+		c := mustDialAs(t, sock, 4546, nobody)
+		addrs := make([]string, each)
+		for j := range addrs {
+			addrs[j] = fmt.Sprintf("198.18.%d.%d:%d", 10+i, j%250+1, 7000+j/250)
+		}
+		wg.Go(func() {
+			defer c.Close()
+			_, err := c.AVInsert(ctl.AVInsertArgs{Name: "par", Addrs: addrs})
+			if err != nil && !errors.Is(err, fi.EDQUOT) {
+				t.Errorf("insert: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	info, err := owner.AVList("par")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Entries != quota {
+		t.Errorf("%d entries after %d parallel inserts of %d with a quota of %d", info.Entries, conns, each, quota)
+	}
+	t.Logf("%d entries", info.Entries)
 }
