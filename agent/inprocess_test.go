@@ -21,6 +21,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
 )
 
 // The agent in this process, so the race detector sees it: status,
@@ -138,4 +139,51 @@ func inProcessAgent(t *testing.T, adjust ...func(*agent.Config)) (*agent.Agent, 
 		}
 	})
 	return a, bed, sock
+}
+
+// The agent's process runs out of descriptors while clients connect (each
+// connection and each endpoint holds some of the agent's): it waits and
+// serves on once some are free, instead of ending for every client (accept
+// failed with EMFILE, and the agent stopped).
+func TestAgentSurvivesRunningOutOfDescriptors(t *testing.T) {
+	_, _, sock := inProcessAgent(t)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = uint64(len(open) + 8)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+			restored = true
+		}
+	}
+	defer restore()
+	var conns []net.Conn
+	for range 32 {
+		c, err := net.Dial("unixpacket", sock)
+		if err != nil {
+			break // this process (the agent's too) is out of descriptors
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(200 * time.Millisecond) // the agent's accepts fail meanwhile
+	for _, c := range conns {
+		c.Close()
+	}
+	restore()
+	c, err := client.Dial(sock)
+	if err != nil {
+		t.Fatalf("after running out of descriptors, the agent serves no more: %v", err)
+	}
+	c.Close()
 }

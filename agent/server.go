@@ -30,14 +30,25 @@ type conn struct {
 }
 
 func (a *Agent) accept() error {
+	var pause time.Duration
 	for {
 		c, err := a.ln.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("agent: accept: %w", err)
+			if !acceptAgain(err) {
+				return fmt.Errorf("agent: accept: %w", err)
+			}
+			// Out of descriptors or memory for now (clients hold many of
+			// the agent's descriptors): wait and go on serving, as
+			// net/http's server does, instead of ending for everyone.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			a.log.Warn("accept: waiting, then trying again", "err", err, "wait", pause)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		cn := &conn{c: c}
 		var credErr error
 		if raw, err := c.SyscallConn(); err == nil {
@@ -125,6 +136,18 @@ func (a *Agent) serve(cn *conn) {
 			return
 		}
 	}
+}
+
+// acceptAgain reports whether an accept error passes with time: the
+// process or the system is out of descriptors or memory, or the peer gave
+// up before its connection was taken.
+func acceptAgain(err error) bool {
+	for _, e := range []error{unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM, unix.ECONNABORTED, unix.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // hello checks a connection's first request: the handshake.
