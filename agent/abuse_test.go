@@ -7,11 +7,13 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"golang.org/x/sys/unix"
@@ -280,5 +282,65 @@ func TestEPOpenTooManyDescriptors(t *testing.T) {
 	}
 	if len(fds) != 1+4+4 {
 		t.Errorf("handover carries %d descriptors, want 9", len(fds))
+	}
+}
+
+// Making an endpoint can wait: here its queue is bound by a socket the
+// agent does not know of, and its bind retries for two seconds before it
+// fails. Another client's open of another queue meanwhile is answered at
+// once, not after it (the agent used to make endpoints under its queue
+// lock, which every open and close takes).
+func TestSlowOpenHoldsUpNoOther(t *testing.T) {
+	n := newNodeWith(t, testbed.Options{RxQueues: 2, TxQueues: 2})
+	n.startAgent()
+	var squatter *dataplane.Socket
+	err := n.bed.A.Do(func() error {
+		u, err := dataplane.NewUMEM(dataplane.UMEMConfig{NumFrames: 256})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { u.Close() })
+		squatter, err = dataplane.Open(n.bed.A.Ifindex, 1, u, dataplane.SocketConfig{RxSize: 64, TxSize: -1, Mode: dataplane.BindCopy})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { squatter.Close() })
+	dial := func() *client.Client {
+		c, err := client.Dial(n.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2 := dial(), dial()
+	if _, err := c1.AVCreate(ctl.AVCreateArgs{Name: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(c *client.Client, port uint16, queue int) error {
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
+			AV: "slow", Private: true, FirstQueue: queue, Queues: 1}, nil)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return err
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- open(c1, 7000, 1) }()
+	time.Sleep(300 * time.Millisecond) // the first is in its bind's retries
+	if err := open(c2, 7001, 0); err != nil {
+		t.Fatalf("an open of a free queue: %v", err)
+	}
+	var slowErr error
+	select {
+	case slowErr = <-slow:
+		t.Errorf("the open of a free queue was answered only after the slow one (%v)", slowErr)
+	default:
+		slowErr = <-slow
+	}
+	if err := slowErr; !errors.Is(err, fi.EBUSY) {
+		t.Errorf("open of a queue a socket the agent does not know holds: %v, want EBUSY", err)
 	}
 }

@@ -42,6 +42,7 @@ type agentDomain struct {
 	dom     *ep.Domain
 	uid     uint32 // whose UMEM quota pays for it
 	umem    int64
+	opening int // endpoint opens between joinDomain and their Prepare's end (qmu)
 }
 
 // domainName is the sharing domain a caller asks for: its uid's by
@@ -188,7 +189,7 @@ func (a *Agent) retireEP(e *clientEP, reason string) {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
 	d := e.dom
-	if d == nil || d.dom.Users() > 0 {
+	if d == nil || d.dom.Users() > 0 || d.opening > 0 {
 		return
 	}
 	for _, h := range a.holds[d.ifindex] {

@@ -168,19 +168,30 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 				max(1, args.RxContexts), n, need, ctl.MaxFDs, fi.EINVAL)
 		}
 	}
-	// Queue arbitration and the endpoint's making are one step: two
-	// requests for the same free queues get one each, not both.
+	// Queue arbitration under the queue lock: two requests for the same
+	// free queues get one each, not both. The endpoint is made after it,
+	// outside the lock: making it can wait (a bind the kernel refuses for
+	// a while; a sharing domain's block lock, up to a second, which a
+	// member of that domain may hold), and must not hold up other uids'
+	// opens and closes meanwhile. The hold, or the domain's opening count,
+	// keeps what was arbitrated until then.
 	a.qmu.Lock()
 	if args.Private {
-		if e.hold, err = a.holdPrivate(args, ifc.Index, cn.who); err == nil {
-			if e.p, err = ep.Prepare(a.dp, attr); err != nil {
-				a.unhold(ifc.Index, e.hold)
-			}
-		}
+		e.hold, err = a.holdPrivate(args, ifc.Index, cn.who)
 	} else if e.dom, err = a.joinDomain(cn.who, args, ifc.Index, domain); err == nil {
-		e.p, err = e.dom.dom.Prepare(a.dp, attr)
+		e.dom.opening++
 	}
 	a.qmu.Unlock()
+	if err == nil && args.Private {
+		if e.p, err = ep.Prepare(a.dp, attr); err != nil {
+			a.releaseHold(e)
+		}
+	} else if err == nil {
+		e.p, err = e.dom.dom.Prepare(a.dp, attr)
+		a.qmu.Lock()
+		e.dom.opening--
+		a.qmu.Unlock()
+	}
 	if err != nil {
 		if e.dom != nil {
 			a.retireEP(e, "open failed") // closes the domain if it was made for this request
