@@ -174,6 +174,13 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.
 		return ctl.AVInfo{}, err
 	}
 	attr.Owner = &av.Owner{UID: who.uid, Group: gid}
+	if q := a.cfg.Limits.EntriesPerUID; !who.root() && attr.Count > q {
+		// The count is a hint (the table grows past it), and the table is
+		// locked kernel memory the size of the hint from the start (~56 B
+		// per index): an owner that may hold q entries in all its AVs gets
+		// an AV sized for at most q to start with.
+		attr.Count = q
+	}
 	a.mu.Lock()
 	created := false
 	if a.avs[args.Name] == nil {

@@ -3,12 +3,15 @@ package agent_test
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
+	"github.com/xdpfab/xdpfab/loader"
 )
 
 // An AV's owner and group are recorded with it in the pinned maps: they
@@ -123,4 +126,43 @@ func TestAVQuotaParallelInserts(t *testing.T) {
 		t.Errorf("%d entries after %d parallel inserts of %d with a quota of %d", info.Entries, conns, each, quota)
 	}
 	t.Logf("%d entries", info.Entries)
+}
+
+// A count hint sizes an AV's table (locked kernel memory, ~56 B per
+// index) from the start: a non-root owner's hint is cut to its entry
+// quota, so a table asked for 2^20 entries is no bigger than one asked
+// for the quota (the table grows past a hint as entries come).
+func TestAVCountHintWithinQuota(t *testing.T) {
+	const quota = 1000
+	_, _, sock := inProcessAgent(t, func(c *agent.Config) {
+		c.SocketGroup = "65534"
+		c.Limits.EntriesPerUID = quota
+	})
+	c := mustDialAs(t, sock, 4547, nobody)
+	dp, err := loader.OpenPinned(filepath.Join(filepath.Dir(sock), "bpffs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	size := func(name string, count int) uint32 {
+		t.Helper()
+		info, err := c.AVCreate(ctl.AVCreateArgs{Name: name, Count: count})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab, err := avtab.Open(dp, info.ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tab.Close()
+		mi, err := tab.Map().Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mi.MaxEntries
+	}
+	atQuota, huge := size("atquota", quota), size("huge", 1<<20)
+	if huge > atQuota {
+		t.Errorf("a table asked for 2^20 entries has %d pages, one asked for the quota (%d) %d", huge, quota, atQuota)
+	}
 }
