@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -342,5 +343,79 @@ func TestSlowOpenHoldsUpNoOther(t *testing.T) {
 	}
 	if err := slowErr; !errors.Is(err, fi.EBUSY) {
 		t.Errorf("open of a queue a socket the agent does not know holds: %v, want EBUSY", err)
+	}
+}
+
+// Frame memory stays charged while the kernel keeps it: a client that
+// closes its endpoints (ep.close) but keeps the descriptors it was handed
+// keeps their UMEMs registered and pinned, so a fourth endpoint past the
+// quota is refused (it used to be charged nothing once closed: close,
+// keep, open again, without bound). Once the client lets the descriptors
+// go, the charge goes with them (on a kernel with AF_XDP socket
+// diagnostics; without, when the owner process exits).
+func TestClosedEndpointsFrameMemoryStaysCharged(t *testing.T) {
+	const frames, size = 4096, 4096 * 4096 // 16 MiB an endpoint
+	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
+	n.startAgent("--socket-group", "65534", "--umem-per-uid", fmt.Sprint(3*size))
+	c := mustDialAs(t, n.socket, nobody, nobody)
+	defer c.Close()
+	root, err := client.Dial(n.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	var kept []int
+	defer func() {
+		for _, fd := range kept {
+			unix.Close(fd)
+		}
+	}()
+	open := func(queue int) (uint32, []int, error) {
+		var res ctl.EPOpenResult
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7000+queue)).String(),
+			AV: "kept", Private: true, FirstQueue: queue, Queues: 1, Frames: frames}, &res)
+		return res.Handover.ID, fds, err
+	}
+	for q := range 3 {
+		id, fds, err := open(q)
+		if err != nil {
+			t.Fatalf("endpoint %d of 3 within the quota: %v", q, err)
+		}
+		kept = append(kept, fds...)
+		if _, err := c.Call(ctl.OpEPClose.Name(), ctl.EPCloseArgs{ID: id}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, fds, err := open(3)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	wantErrno(t, "a fourth endpoint while three closed ones' memory is still pinned", err, fi.EDQUOT)
+	for _, fd := range kept {
+		unix.Close(fd)
+	}
+	kept = nil
+	if _, err := netlink.SocketDiagXDP(); err != nil {
+		// Without AF_XDP socket diagnostics the agent cannot tell: the
+		// charge stays until this process (the owner) exits.
+		t.Logf("kernel without AF_XDP socket diagnostics (%v): the charge stays until the owner exits", err)
+		return
+	}
+	// The kernel lets a closed socket's memory go from a work queue: give it
+	// a moment, then the charge is gone with it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, fds, err := open(3)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fi.EDQUOT) || time.Now().After(deadline) {
+			t.Fatalf("once the descriptors are closed: %v", err)
+		}
 	}
 }

@@ -89,8 +89,11 @@ type Agent struct {
 	// the owner's AVs holds from its quota check to its end.
 	entryMu    sync.Mutex
 	entryLocks map[uint32]*sync.Mutex
-	holds      map[int][]*queueHold // by ifindex, guarded by qmu
-	stopping   atomic.Bool
+	// lingering is frame memory of closed endpoints still charged (a.mu):
+	// linger.go.
+	lingering []lingerRec
+	holds     map[int][]*queueHold // by ifindex, guarded by qmu
+	stopping  atomic.Bool
 
 	atts        []*loader.Attachment // guarded by mu
 	ln          *net.UnixListener
@@ -403,6 +406,7 @@ func (a *Agent) gcLoop(ctx context.Context) {
 // socket slots the connection still releases at its end, by then
 // another's.
 func (a *Agent) gc() {
+	a.sweepLingering()
 	served := a.served() // before the maps' lock: a.mu is never taken under it
 	alive := func(pid uint32, start uint64) bool {
 		return served[procid.ID{PID: pid, Start: start}] || procid.ID{PID: pid, Start: start}.Alive()

@@ -75,6 +75,10 @@ func (a *Agent) reserveEP(uid uint32, umem int64) error {
 	switch {
 	case u.endpoints >= l.EndpointsPerUID:
 		return fmt.Errorf("ep open: uid %d holds %d endpoints, its quota: %w", uid, u.endpoints, fi.EDQUOT)
+	case u.umem+umem > l.UMEMBytesPerUID && u.lingering > 0:
+		return fmt.Errorf("ep open: uid %d holds %d bytes of frame memory (%d of them of closed endpoints whose sockets the kernel may still hold: "+
+			"charged until the kernel shows them closed, or, without CONFIG_XDP_SOCKETS_DIAG, until the process that opened them exits), "+
+			"%d more exceed its quota of %d: %w", uid, u.umem, u.lingering, umem, l.UMEMBytesPerUID, fi.EDQUOT)
 	case u.umem+umem > l.UMEMBytesPerUID:
 		return fmt.Errorf("ep open: uid %d holds %d bytes of frame memory, %d more exceed its quota of %d: %w",
 			uid, u.umem, umem, l.UMEMBytesPerUID, fi.EDQUOT)
@@ -143,7 +147,12 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		e.umem = umemBytes(args.Frames)
 	}
 	if err := a.reserveEP(cn.who.uid, e.umem); err != nil {
-		return ctl.EPOpenResult{}, nil, err
+		// Frame memory of endpoints closed a moment ago may still be
+		// charged (linger.go): look again before refusing.
+		a.sweepLingering()
+		if err = a.reserveEP(cn.who.uid, e.umem); err != nil {
+			return ctl.EPOpenResult{}, nil, err
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -221,7 +230,7 @@ func (a *Agent) epClose(cn *conn, id uint32) error {
 	for i, e := range cn.eps {
 		if e.p.ID() == id {
 			cn.eps = append(cn.eps[:i], cn.eps[i+1:]...)
-			defer a.releaseEP(cn.who.uid, e.umem)
+			a.closedPrivate(cn.who.uid, e, procid.ID{PID: uint32(cn.who.pid), Start: cn.who.start})
 			// Its same-host channels first (localops.go), while the id is
 			// still its own: closeEP frees the id for the next endpoint.
 			a.localDropEP(id)
@@ -252,9 +261,9 @@ func (a *Agent) releaseClient(cn *conn) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	for _, e := range cn.eps {
+		a.closedPrivate(cn.who.uid, e, procid.ID{PID: uint32(cn.who.pid), Start: cn.who.start})
 		err := e.p.Close()
 		a.audit(cn.who, "ep.close", err, &auditRec{attrs: []any{"id", e.p.ID(), "local", e.local, "reason", "connection closed"}})
-		a.releaseEP(cn.who.uid, e.umem)
 		a.releaseHold(e)
 		if e.dom != nil {
 			// The process may still run the endpoint's data path (it

@@ -129,6 +129,7 @@ func ParsePortRange(s string) (PortRange, error) {
 type usage struct {
 	conns, endpoints int
 	umem             int64
+	lingering        int64 // of umem: closed endpoints' (linger.go)
 }
 
 // umemBytes is the frame memory an endpoint request costs.

@@ -22,6 +22,7 @@ func agentCommand(e *env) *cobra.Command {
 		gcEvery                                time.Duration
 		shareGroups                            []string
 		domSlots, domRx, domTx                 int
+		umemPerUID                             int64
 	)
 	c := &cobra.Command{
 		Use:   "agent --iface IF [flags]",
@@ -55,6 +56,7 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 	f.StringVar(&adminGroup, "admin-group", "", "group (name or number) whose members may detach and change every AV, besides root")
 	f.DurationVar(&gcEvery, "gc-interval", 5*time.Second, "how often to reclaim what dead processes left in the maps (endpoints, AVs, reserved capacity)")
 	f.StringVar(&ports, "ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")
+	f.Int64Var(&umemPerUID, "umem-per-uid", agent.DefaultLimits.UMEMBytesPerUID, "bytes of frame memory (UMEM, pinned) one uid's endpoints and sharing domains may hold")
 	f.StringArrayVar(&shareGroups, "share-group", nil, "group (name or number) whose members may share frame memory across uids as sharing domain group:NAME (repeat for several); without, a sharing domain is one uid's")
 	f.IntVar(&domSlots, "domain-endpoints", agent.DefaultLimits.DomainSlots, "endpoints a sharing domain holds at most")
 	f.IntVar(&domRx, "domain-rx-frames", agent.DefaultLimits.DomainRxFrames, "4 KiB frames of a sharing domain's receive pool, shared by its endpoints")
@@ -71,6 +73,9 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 		}
 		if domSlots < 1 || domSlots > 254 || domRx < 64 || domTx < 16 {
 			return usagef("--domain-endpoints %d (1-254), --domain-rx-frames %d (>= 64), --domain-tx-frames %d (>= 16)", domSlots, domRx, domTx)
+		}
+		if umemPerUID < 1<<20 {
+			return usagef("--umem-per-uid %d: want at least 1 MiB", umemPerUID)
 		}
 		if gcEvery <= 0 {
 			return usagef("--gc-interval %v: want a positive duration", gcEvery)
@@ -102,7 +107,8 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 		a, err := agent.New(agent.Config{
 			Ifaces: ifaces, Mode: m, PinRoot: pinRoot, Socket: socket, SocketGroup: group,
 			MetricsAddr: metrics, DetachOnExit: detach, Logger: log, AdminGroup: adminGroup, ShareGroups: shareGroups,
-			Limits:     agent.Limits{Ports: portRange, DomainSlots: domSlots, DomainRxFrames: domRx, DomainTxFrames: domTx},
+			Limits: agent.Limits{Ports: portRange, DomainSlots: domSlots, DomainRxFrames: domRx, DomainTxFrames: domTx,
+				UMEMBytesPerUID: umemPerUID},
 			GCInterval: gcEvery,
 			Sizes:      loader.Config{AVEntries: avEntries},
 		})
