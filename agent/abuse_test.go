@@ -419,3 +419,51 @@ func TestClosedEndpointsFrameMemoryStaysCharged(t *testing.T) {
 		}
 	}
 }
+
+// The same for a sharing domain: its last member closes its endpoint but
+// keeps the sockets, so the domain's frame memory stays pinned and stays
+// charged when the domain closes; a new domain past the quota is refused.
+func TestClosedDomainFrameMemoryStaysCharged(t *testing.T) {
+	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
+	// A domain of (64 + 2 x 16) frames of 4 KiB: 384 KiB; two fit in 1 MiB.
+	n.startAgent("--socket-group", "65534", "--umem-per-uid", fmt.Sprint(1<<20),
+		"--domain-endpoints", "2", "--domain-rx-frames", "64", "--domain-tx-frames", "16")
+	c := mustDialAs(t, n.socket, nobody, nobody)
+	defer c.Close()
+	root, err := client.Dial(n.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "keptdom"}); err != nil {
+		t.Fatal(err)
+	}
+	var kept []int
+	defer func() {
+		for _, fd := range kept {
+			unix.Close(fd)
+		}
+	}()
+	open := func(queue int) (uint32, []int, error) {
+		var res ctl.EPOpenResult
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7100+queue)).String(),
+			AV: "keptdom", FirstQueue: queue, Queues: 1, RingSize: 16}, &res)
+		return res.Handover.ID, fds, err
+	}
+	for q := range 2 {
+		id, fds, err := open(q)
+		if err != nil {
+			t.Fatalf("domain %d of 2 within the quota: %v", q, err)
+		}
+		kept = append(kept, fds...)
+		if _, err := c.Call(ctl.OpEPClose.Name(), ctl.EPCloseArgs{ID: id}, nil); err != nil {
+			t.Fatal(err)
+		}
+		n.waitUsers(t, 0)
+	}
+	_, fds, err := open(2)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	wantErrno(t, "a third domain while two closed ones' memory is still pinned", err, fi.EDQUOT)
+}

@@ -43,6 +43,12 @@ type agentDomain struct {
 	uid     uint32 // whose UMEM quota pays for it
 	umem    int64
 	opening int // endpoint opens between joinDomain and their Prepare's end (qmu)
+	// umemID is the kernel's id of the domain's UMEM, once known (idKnown);
+	// owners are the processes its endpoints were opened for (qmu). Both
+	// say when the domain's frame memory stops being pinned (linger.go).
+	umemID  uint32
+	idKnown bool
+	owners  map[procid.ID]bool
 }
 
 // domainName is the sharing domain a caller asks for: its uid's by
@@ -199,7 +205,7 @@ func (a *Agent) retireEP(e *clientEP, reason string) {
 				return
 			}
 			a.unhold(d.ifindex, h)
-			a.releaseUMEM(d.uid, d.umem)
+			a.lingerDomain(d)
 			a.log.Info("sharing domain closed", "domain", d.name, "iface", d.iface)
 			return
 		}

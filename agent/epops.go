@@ -197,8 +197,22 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		}
 	} else if err == nil {
 		e.p, err = e.dom.dom.Prepare(a.dp, attr)
+		var id uint32
+		var known bool
+		if err == nil {
+			id, known = umemID(e.p) // the domain's UMEM: every socket of it shares it
+		}
 		a.qmu.Lock()
 		e.dom.opening--
+		if err == nil {
+			if !e.dom.idKnown && known {
+				e.dom.umemID, e.dom.idKnown = id, true
+			}
+			if e.dom.owners == nil {
+				e.dom.owners = map[procid.ID]bool{}
+			}
+			e.dom.owners[procid.ID{PID: uint32(cn.who.pid), Start: cn.who.start}] = true
+		}
 		a.qmu.Unlock()
 	}
 	if err != nil {

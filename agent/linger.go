@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sync/atomic"
+
 	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/internal/procid"
@@ -73,6 +75,34 @@ func (a *Agent) closedPrivate(uid uint32, e *clientEP, owner procid.ID) {
 	if !ok {
 		a.afterExit(owner, func() { a.releaseLingering(uid, e.umem) })
 	}
+}
+
+// lingerDomain keeps a closed sharing domain's frame memory charged to the
+// uid that paid for it until the kernel shows no socket of its UMEM, or,
+// where the kernel cannot say, until every process its endpoints were
+// opened for has exited: members may keep the sockets they were handed.
+// The caller holds a.qmu.
+func (a *Agent) lingerDomain(d *agentDomain) {
+	a.mu.Lock()
+	a.usageOf(d.uid).lingering += d.umem
+	if d.idKnown {
+		a.lingering = append(a.lingering, lingerRec{uid: d.uid, umem: d.umem, umemID: d.umemID})
+	}
+	a.mu.Unlock()
+	if d.idKnown {
+		return
+	}
+	left := new(atomic.Int32)
+	left.Store(int32(len(d.owners)) + 1)
+	done := func() {
+		if left.Add(-1) == 0 {
+			a.releaseLingering(d.uid, d.umem)
+		}
+	}
+	for id := range d.owners {
+		a.afterExit(id, done)
+	}
+	done()
 }
 
 // releaseLingering gives back a closed endpoint's frame memory.
