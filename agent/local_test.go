@@ -396,3 +396,64 @@ func TestLocalPeers(t *testing.T) {
 		t.Errorf("%d endpoints left", eps)
 	}
 }
+
+// Another uid cannot fill an endpoint's incoming same-host channels: a
+// quarter of its quota per other uid (channels live until an end closes,
+// and the receiver's peers would be refused for as long). The receiver's
+// own uid is not held to it.
+func TestLocalForeignChannelShare(t *testing.T) {
+	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
+	n.startAgent("--socket-group", "65534")
+	root, err := client.Dial(n.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "share"}); err != nil {
+		t.Fatal(err)
+	}
+	const owner, stranger = 4101, 4102
+	rc, sc := mustDialAs(t, n.socket, owner, nobody), mustDialAs(t, n.socket, stranger, nobody)
+	defer rc.Close()
+	defer sc.Close()
+	open := func(c *client.Client, port uint16, queue int) uint32 {
+		t.Helper()
+		var res ctl.EPOpenResult
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
+			AV: "share", FirstQueue: queue, Queues: 1, RingSize: 16}, &res)
+		if err != nil {
+			t.Fatalf("open %d: %v", port, err)
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return res.Handover.ID
+	}
+	recv := netip.AddrPortFrom(n.bed.A.IPv4, 7000)
+	rid := open(rc, recv.Port(), 0)
+	fds, err := rc.Call(ctl.OpLocalAttach.Name(), ctl.LocalEPArgs{ID: rid}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	connect := func(c *client.Client, from uint32) error {
+		var info ep.LocalChannelInfo
+		fds, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: from, Dest: recv.String()}, &info)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return err
+	}
+	const share = ep.MaxShmChannels / 4
+	for i := range share {
+		if err := connect(sc, open(sc, uint16(7200+i), 1)); err != nil {
+			t.Fatalf("channel %d of the stranger's %d: %v", i+1, share, err)
+		}
+	}
+	wantErrno(t, "one channel more from the stranger", connect(sc, open(sc, 7200+share, 1)), fi.EDQUOT)
+	if err := connect(rc, open(rc, 7001, 0)); err != nil {
+		t.Errorf("a channel from the receiver's own uid: %v", err)
+	}
+}

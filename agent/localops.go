@@ -180,6 +180,9 @@ func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec)
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: endpoint %d sends on %d same-host channels, its quota: %w", args.ID, len(from.out), fi.EDQUOT)
 	case len(to.in) >= ep.MaxShmChannels:
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: the endpoint at %v receives on %d same-host channels, its quota: %w", dest, len(to.in), fi.EDQUOT)
+	case cn.who.uid != to.cn.who.uid && foreignIn(to, cn.who.uid) >= maxForeignIn:
+		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: the endpoint at %v receives on %d same-host channels from uid %d, "+
+			"the most one other uid may hold towards it: %w", dest, maxForeignIn, cn.who.uid, fi.EDQUOT)
 	}
 	ch, slots, slotSize, err := ep.NewLocalChannel(maxMsg)
 	if err != nil {
@@ -199,6 +202,24 @@ func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec)
 	to.bell.Ring()
 	rec.add("channel", c.info.ID, "src", c.info.Src.String(), "to_pid", to.cn.who.pid)
 	return c.info, fds, nil
+}
+
+// maxForeignIn bounds the channels towards one endpoint from endpoints of
+// one other uid: a quarter of what it may receive on, so that no other uid
+// can fill its quota (channels live until an end closes) and shut out the
+// rest of the node.
+const maxForeignIn = ep.MaxShmChannels / 4
+
+// foreignIn counts the channels towards to from endpoints of uid. The
+// caller holds l.mu.
+func foreignIn(to *localEP, uid uint32) int {
+	n := 0
+	for _, c := range to.in {
+		if c.from.cn != nil && c.from.cn.who.uid == uid {
+			n++
+		}
+	}
+	return n
 }
 
 // receiver finds the attached endpoint that receives datagrams to dest:
