@@ -266,7 +266,7 @@ func TestEPOpenTooManyDescriptors(t *testing.T) {
 	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: "fds"}); err != nil {
 		t.Fatal(err)
 	}
-	args := ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, 7000).String(), AV: "fds", Private: true, RxContexts: 64}
+	args := ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, 7000).String(), AV: "fds", Private: true, RxContexts: 64, Queues: 4}
 	_, err = c.Call(ctl.OpEPOpen.Name(), args, nil)
 	wantErrno(t, "64 contexts on 4 queues", err, fi.EINVAL)
 	if err != nil && !strings.Contains(err.Error(), "need 261 descriptors") {

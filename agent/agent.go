@@ -92,6 +92,7 @@ type Agent struct {
 	// lingering is frame memory of closed endpoints still charged (a.mu):
 	// linger.go.
 	lingering []lingerRec
+	lingerSeq uint64
 	holds     map[int][]*queueHold // by ifindex, guarded by qmu
 	stopping  atomic.Bool
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -43,12 +44,11 @@ type agentDomain struct {
 	uid     uint32 // whose UMEM quota pays for it
 	umem    int64
 	opening int // endpoint opens between joinDomain and their Prepare's end (qmu)
-	// umemID is the kernel's id of the domain's UMEM, once known (idKnown);
-	// owners are the processes its endpoints were opened for (qmu). Both
-	// say when the domain's frame memory stops being pinned (linger.go).
-	umemID  uint32
-	idKnown bool
-	owners  map[procid.ID]bool
+	// inodes are the sockets its endpoints were handed, owners the
+	// processes they were opened for (qmu): they say when the domain's
+	// frame memory stops being pinned (linger.go).
+	inodes map[uint64]bool
+	owners map[procid.ID]bool
 }
 
 // domainName is the sharing domain a caller asks for: its uid's by
@@ -213,26 +213,35 @@ func (a *Agent) retireEP(e *clientEP, reason string) {
 }
 
 // afterExit runs f once the process id is gone: at once if it is, else
-// when its pidfd says so (or the agent stops: then never).
+// when its pidfd says so (or the agent stops: then never). Without a pidfd
+// (the agent out of descriptors, say) it looks every 200 ms: a live
+// process is never taken for gone.
 func (a *Agent) afterExit(id procid.ID, f func()) {
-	fd, err := unix.PidfdOpen(int(id.PID), 0)
-	if err != nil || !id.Alive() {
-		if err == nil {
-			unix.Close(fd)
-		}
+	if !id.Alive() {
 		f()
 		return
 	}
+	fd, err := unix.PidfdOpen(int(id.PID), 0)
 	a.serving.Add(1)
 	go func() {
 		defer a.serving.Done()
-		defer unix.Close(fd)
+		if err == nil {
+			defer unix.Close(fd)
+		}
 		for {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, err := unix.Poll(fds, 200)
-			if n > 0 || (err != nil && err != unix.EINTR) {
-				f()
-				return
+			if err != nil {
+				time.Sleep(200 * time.Millisecond)
+				if !id.Alive() {
+					f()
+					return
+				}
+			} else {
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				n, perr := unix.Poll(fds, 200)
+				if n > 0 || (perr != nil && perr != unix.EINTR) {
+					f()
+					return
+				}
 			}
 			if a.stopping.Load() {
 				return

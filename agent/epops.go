@@ -166,8 +166,10 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	e.ifindex = ifc.Index
 	// The descriptors the endpoint's handover will carry (its frames'
 	// memfd, an anchor socket per queue, a socket per context and queue,
-	// the domain's block and transmit socket), bounded before any is made.
-	if _, n, err := queueRange(ifc.Index, args.FirstQueue, args.Queues); err == nil {
+	// the domain's block and transmit socket), bounded before any is made
+	// when the request names its queues (with none, the queues are what
+	// the device or the domain binds: the check after Prepare counts).
+	if _, n, err := queueRange(ifc.Index, args.FirstQueue, args.Queues); err == nil && args.Queues > 0 {
 		need := 1 + n + max(1, args.RxContexts)*n
 		if !args.Private {
 			need += 2
@@ -197,16 +199,18 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		}
 	} else if err == nil {
 		e.p, err = e.dom.dom.Prepare(a.dp, attr)
-		var id uint32
-		var known bool
+		var inodes []uint64
 		if err == nil {
-			id, known = umemID(e.p) // the domain's UMEM: every socket of it shares it
+			inodes = socketInodes(e.p)
 		}
 		a.qmu.Lock()
 		e.dom.opening--
 		if err == nil {
-			if !e.dom.idKnown && known {
-				e.dom.umemID, e.dom.idKnown = id, true
+			if e.dom.inodes == nil {
+				e.dom.inodes = map[uint64]bool{}
+			}
+			for _, ino := range inodes {
+				e.dom.inodes[ino] = true
 			}
 			if e.dom.owners == nil {
 				e.dom.owners = map[procid.ID]bool{}

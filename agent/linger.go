@@ -12,50 +12,65 @@ import (
 // Frame memory outlives its endpoint when its client keeps the descriptors
 // it was handed: the kernel keeps a UMEM registered, its pages pinned, as
 // long as any AF_XDP socket sharing it is open, and the agent pins with
-// CAP_IPC_LOCK. So a closed private endpoint's frame memory stays charged
-// to its owner (lingers) until the kernel shows no socket of that UMEM any
-// more (AF_XDP socket diagnostics, by UMEM id, CONFIG_XDP_SOCKETS_DIAG);
-// on a kernel without them, until the owner process exits: an unprivileged
-// agent cannot see into other processes' descriptors, and a client could
-// otherwise close, keep the descriptors and open again, pinning memory
-// without bound.
+// CAP_IPC_LOCK. So a closed private endpoint's frame memory (and a closed
+// sharing domain's) stays charged to its owner (lingers) until the kernel
+// shows none of the sockets the agent handed out for it any more (AF_XDP
+// socket diagnostics, by inode: CONFIG_XDP_SOCKETS_DIAG). A client cannot
+// make AF_XDP sockets of its own (CAP_NET_RAW), so those are all the
+// sockets that can hold the UMEM. On a kernel without the diagnostics, the
+// charge goes when the processes the endpoints were opened for have exited:
+// an agent without CAP_SYS_PTRACE cannot see into other processes'
+// descriptors, and a client that hands its sockets to another process
+// (fork, SCM_RIGHTS) escapes it there; docs/SECURITY.md says so.
 
-// lingerRec is frame memory charged to uid after its endpoint closed.
+// lingerRec is frame memory charged to uid after its endpoint closed, and
+// the sockets that may still pin it.
 type lingerRec struct {
 	uid    uint32
 	umem   int64
-	umemID uint32
+	inodes []uint64
+	seq    uint64 // order of recording (a.lingerSeq), for sweepLingering
 }
 
-// umemID returns the kernel's id of the UMEM p's sockets share (ok false
-// when the kernel's socket diagnostics cannot say).
-func umemID(p *ep.Prepared) (uint32, bool) {
+// socketInodes returns the inodes of p's sockets (the agent's copies,
+// which the client's descriptors share).
+func socketInodes(p *ep.Prepared) []uint64 {
 	_, fds := p.Handover()
-	var ino uint64
+	var inos []uint64
 	for _, fd := range fds {
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-			ino = st.Ino
-			break
+			inos = append(inos, st.Ino)
 		}
 	}
-	if ino == 0 {
-		return 0, false
-	}
+	return inos
+}
+
+// xdpSockets returns the inodes of the AF_XDP sockets the kernel has (in
+// the agent's network namespace), ok false without socket diagnostics.
+func xdpSockets() (map[uint64]bool, bool) {
 	socks, err := netlink.SocketDiagXDP()
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
+	m := make(map[uint64]bool, len(socks))
 	for _, s := range socks {
-		if s.XDPDiagMsg != nil && uint64(s.XDPDiagMsg.Ino) == ino && s.XDPInfo != nil && s.XDPInfo.Umem != nil {
-			return s.XDPInfo.Umem.ID, true
+		if s.XDPDiagMsg != nil {
+			m[uint64(s.XDPDiagMsg.Ino)] = true
 		}
 	}
-	return 0, false
+	return m, true
+}
+
+// linger records uid's umem bytes as pinned by the sockets inodes; the
+// caller holds a.mu.
+func (a *Agent) linger(uid uint32, umem int64, inodes []uint64) {
+	a.lingerSeq++
+	a.lingering = append(a.lingering, lingerRec{uid: uid, umem: umem, inodes: inodes, seq: a.lingerSeq})
 }
 
 // closedPrivate gives back a closed private endpoint's quota: the endpoint
-// at once, its frame memory once no socket of its UMEM is left (or, where
+// at once, its frame memory once none of its sockets is left (or, where
 // that cannot be known, once owner exits). Call it before the agent closes
 // its own copies of the endpoint's sockets.
 func (a *Agent) closedPrivate(uid uint32, e *clientEP, owner procid.ID) {
@@ -63,33 +78,39 @@ func (a *Agent) closedPrivate(uid uint32, e *clientEP, owner procid.ID) {
 		a.releaseEP(uid, 0)
 		return
 	}
-	id, ok := umemID(e.p)
+	inodes := socketInodes(e.p)
+	_, diag := xdpSockets()
 	a.mu.Lock()
 	u := a.usageOf(uid)
 	u.endpoints--
 	u.lingering += e.umem
-	if ok {
-		a.lingering = append(a.lingering, lingerRec{uid: uid, umem: e.umem, umemID: id})
+	if diag {
+		a.linger(uid, e.umem, inodes)
 	}
 	a.mu.Unlock()
-	if !ok {
+	if !diag {
 		a.afterExit(owner, func() { a.releaseLingering(uid, e.umem) })
 	}
 }
 
 // lingerDomain keeps a closed sharing domain's frame memory charged to the
-// uid that paid for it until the kernel shows no socket of its UMEM, or,
-// where the kernel cannot say, until every process its endpoints were
-// opened for has exited: members may keep the sockets they were handed.
-// The caller holds a.qmu.
+// uid that paid for it until the kernel shows none of the sockets its
+// endpoints were handed, or, where the kernel cannot say, until every
+// process its endpoints were opened for has exited. The caller holds
+// a.qmu.
 func (a *Agent) lingerDomain(d *agentDomain) {
+	_, diag := xdpSockets()
 	a.mu.Lock()
 	a.usageOf(d.uid).lingering += d.umem
-	if d.idKnown {
-		a.lingering = append(a.lingering, lingerRec{uid: d.uid, umem: d.umem, umemID: d.umemID})
+	if diag {
+		inodes := make([]uint64, 0, len(d.inodes))
+		for ino := range d.inodes {
+			inodes = append(inodes, ino)
+		}
+		a.linger(d.uid, d.umem, inodes)
 	}
 	a.mu.Unlock()
-	if d.idKnown {
+	if diag {
 		return
 	}
 	left := new(atomic.Int32)
@@ -115,30 +136,30 @@ func (a *Agent) releaseLingering(uid uint32, umem int64) {
 	a.forgetIdle(uid)
 }
 
-// sweepLingering gives back the frame memory of closed endpoints whose
-// UMEM the kernel no longer has a socket of.
+// sweepLingering gives back the frame memory of closed endpoints none of
+// whose sockets the kernel has any more. Only records made before its
+// look at the kernel's sockets are judged by it: a record made during the
+// look may name sockets the look did not see yet.
 func (a *Agent) sweepLingering() {
 	a.mu.Lock()
-	n := len(a.lingering)
+	n, upTo := len(a.lingering), a.lingerSeq
 	a.mu.Unlock()
 	if n == 0 {
 		return
 	}
-	socks, err := netlink.SocketDiagXDP()
-	if err != nil {
+	open, ok := xdpSockets()
+	if !ok {
 		return // try again at the next sweep
-	}
-	alive := map[uint32]bool{}
-	for _, s := range socks {
-		if s.XDPInfo != nil && s.XDPInfo.Umem != nil {
-			alive[s.XDPInfo.Umem.ID] = true
-		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	kept := a.lingering[:0]
 	for _, r := range a.lingering {
-		if alive[r.umemID] {
+		held := r.seq > upTo
+		for _, ino := range r.inodes {
+			held = held || open[ino]
+		}
+		if held {
 			kept = append(kept, r)
 			continue
 		}

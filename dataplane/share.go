@@ -123,7 +123,10 @@ type shareHdr struct {
 // loses the lock to the next waiter.
 type shareLock struct {
 	w atomic.Uint32
-	_ uint32
+	// rel counts releases: a member that sees the creator's id in w for
+	// longer than the creator holds a lock takes it over, unless rel moved
+	// meanwhile (the creator let go and took it again).
+	rel atomic.Uint32
 }
 
 // shareSlot is one user's record.
@@ -336,6 +339,7 @@ func (b *ShareBlock) lockWithin(l *shareLock, me uint32, max time.Duration) (sto
 		procYield()
 	}
 	var deadline, agentSince time.Time
+	var agentRel uint32
 	if max > 0 {
 		deadline = time.Now().Add(max)
 	}
@@ -355,10 +359,10 @@ func (b *ShareBlock) lockWithin(l *shareLock, me uint32, max time.Duration) (sto
 		// Sleep until woken or a while passes, then look at the holder.
 		futexWait(&l.w, v, 2*time.Millisecond)
 		h := v >> 1
-		if h != agentHolder || me == agentHolder {
+		if rel := l.rel.Load(); h != agentHolder || me == agentHolder {
 			agentSince = time.Time{}
-		} else if agentSince.IsZero() {
-			agentSince = time.Now()
+		} else if agentSince.IsZero() || rel != agentRel {
+			agentSince, agentRel = time.Now(), rel
 		}
 		if l.w.Load() == v && b.stale(h, me, agentSince) && l.w.CompareAndSwap(v, mine|1) {
 			return h, true
@@ -390,6 +394,7 @@ var errStuck = fmt.Errorf("share: a lock of the block is held by a live member o
 
 // unlock releases l, which me holds.
 func (b *ShareBlock) unlock(l *shareLock, me uint32) {
+	l.rel.Add(1)
 	if l.w.Swap(0)&1 != 0 {
 		futexWake(&l.w, 1)
 	}
