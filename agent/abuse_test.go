@@ -355,30 +355,13 @@ func TestSlowOpenHoldsUpNoOther(t *testing.T) {
 // diagnostics; without, when the owner process exits).
 func TestClosedEndpointsFrameMemoryStaysCharged(t *testing.T) {
 	const frames, size = 4096, 4096 * 4096 // 16 MiB an endpoint
-	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
-	n.startAgent("--socket-group", "65534", "--umem-per-uid", fmt.Sprint(3*size))
-	c := mustDialAs(t, n.socket, nobody, nobody)
-	defer c.Close()
-	root, err := client.Dial(n.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "kept"}); err != nil {
-		t.Fatal(err)
-	}
+	_, c, open := keptSocketsBed(t, ctl.EPOpenArgs{Private: true, Frames: frames}, "--umem-per-uid", fmt.Sprint(3*size))
 	var kept []int
 	defer func() {
 		for _, fd := range kept {
 			unix.Close(fd)
 		}
 	}()
-	open := func(queue int) (uint32, []int, error) {
-		var res ctl.EPOpenResult
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7000+queue)).String(),
-			AV: "kept", Private: true, FirstQueue: queue, Queues: 1, Frames: frames}, &res)
-		return res.Handover.ID, fds, err
-	}
 	for q := range 3 {
 		id, fds, err := open(q)
 		if err != nil {
@@ -424,32 +407,15 @@ func TestClosedEndpointsFrameMemoryStaysCharged(t *testing.T) {
 // keeps the sockets, so the domain's frame memory stays pinned and stays
 // charged when the domain closes; a new domain past the quota is refused.
 func TestClosedDomainFrameMemoryStaysCharged(t *testing.T) {
-	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
 	// A domain of (64 + 2 x 16) frames of 4 KiB: 384 KiB; two fit in 1 MiB.
-	n.startAgent("--socket-group", "65534", "--umem-per-uid", fmt.Sprint(1<<20),
+	n, c, open := keptSocketsBed(t, ctl.EPOpenArgs{RingSize: 16}, "--umem-per-uid", fmt.Sprint(1<<20),
 		"--domain-endpoints", "2", "--domain-rx-frames", "64", "--domain-tx-frames", "16")
-	c := mustDialAs(t, n.socket, nobody, nobody)
-	defer c.Close()
-	root, err := client.Dial(n.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "keptdom"}); err != nil {
-		t.Fatal(err)
-	}
 	var kept []int
 	defer func() {
 		for _, fd := range kept {
 			unix.Close(fd)
 		}
 	}()
-	open := func(queue int) (uint32, []int, error) {
-		var res ctl.EPOpenResult
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7100+queue)).String(),
-			AV: "keptdom", FirstQueue: queue, Queues: 1, RingSize: 16}, &res)
-		return res.Handover.ID, fds, err
-	}
 	for q := range 2 {
 		id, fds, err := open(q)
 		if err != nil {
@@ -466,4 +432,32 @@ func TestClosedDomainFrameMemoryStaysCharged(t *testing.T) {
 		unix.Close(fd)
 	}
 	wantErrno(t, "a third domain while two closed ones' memory is still pinned", err, fi.EDQUOT)
+}
+
+// keptSocketsBed starts an agent on a four-queue interface with agentArgs
+// and returns it, a client of uid nobody and an open of an endpoint like base
+// on one queue (its own port, the AV "kept"), returning its id and
+// descriptors.
+func keptSocketsBed(t *testing.T, base ctl.EPOpenArgs, agentArgs ...string) (*node, *client.Client, func(queue int) (uint32, []int, error)) {
+	t.Helper()
+	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
+	n.startAgent(append([]string{"--socket-group", "65534"}, agentArgs...)...)
+	c := mustDialAs(t, n.socket, nobody, nobody)
+	t.Cleanup(func() { c.Close() })
+	root, err := client.Dial(n.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	return n, c, func(queue int) (uint32, []int, error) {
+		args := base
+		args.Iface, args.AV, args.FirstQueue, args.Queues = testbed.LinkName, "kept", queue, 1
+		args.Local = netip.AddrPortFrom(n.bed.A.IPv4, uint16(7000+queue)).String()
+		var res ctl.EPOpenResult
+		fds, err := c.Call(ctl.OpEPOpen.Name(), args, &res)
+		return res.Handover.ID, fds, err
+	}
 }
