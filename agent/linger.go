@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -62,6 +64,13 @@ func xdpSockets() (map[uint64]bool, bool) {
 	return m, true
 }
 
+// sockDiag reports whether the kernel has AF_XDP socket diagnostics: a
+// kernel build option, probed once.
+var sockDiag = sync.OnceValue(func() bool {
+	_, err := netlink.SocketDiagXDP()
+	return err == nil || errors.Is(err, netlink.ErrDumpInterrupted)
+})
+
 // linger records uid's umem bytes as pinned by the sockets inodes; the
 // caller holds a.mu.
 func (a *Agent) linger(uid uint32, umem int64, inodes []uint64) {
@@ -78,8 +87,7 @@ func (a *Agent) closedPrivate(uid uint32, e *clientEP, owner procid.ID) {
 		a.releaseEP(uid, 0)
 		return
 	}
-	inodes := socketInodes(e.p)
-	_, diag := xdpSockets()
+	inodes, diag := socketInodes(e.p), sockDiag()
 	a.mu.Lock()
 	u := a.usageOf(uid)
 	u.endpoints--
@@ -99,7 +107,7 @@ func (a *Agent) closedPrivate(uid uint32, e *clientEP, owner procid.ID) {
 // process its endpoints were opened for has exited. The caller holds
 // a.qmu.
 func (a *Agent) lingerDomain(d *agentDomain) {
-	_, diag := xdpSockets()
+	diag := sockDiag()
 	a.mu.Lock()
 	a.usageOf(d.uid).lingering += d.umem
 	if diag {
