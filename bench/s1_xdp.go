@@ -117,11 +117,18 @@ func runXDPCost(r *results, cfg *config) error {
 		frames = 1024
 	}
 	for _, n := range xdpSizes {
+		// -cases selects rows by family and size (IPv4/1, IPv6/64k).
+		if !cfg.want("IPv4/"+sizeName(n)) && !cfg.want("IPv6/"+sizeName(n)) {
+			continue
+		}
 		dp, err := loader.Load(loader.Config{AVEntries: avCapacity(n), MaxAVs: 4})
 		if err != nil {
 			return err
 		}
 		for _, v6 := range []bool{false, true} {
+			if !cfg.want(famName(v6) + "/" + sizeName(n)) {
+				continue
+			}
 			if err := xdpCostOne(r, cfg, dp, empty, drop, n, v6, frames); err != nil {
 				dp.Close()
 				return fmt.Errorf("%s, %d entries: %w", famName(v6), n, err)

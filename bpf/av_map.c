@@ -386,23 +386,23 @@ int xdpfab_rx(struct xdp_md *ctx)
 	 * Packet pointers are invalid after adjust_meta. */
 	if ((ep->flags & XDPFAB_EPF_STAMP) && !stamp_frame(ctx, &l3_off, &hdr_off, &mflags))
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
+	/* struct rx_meta's last 16 bytes as two words (little endian, as every
+	 * target xdpfab builds for): four values live across the helper calls
+	 * below instead of nine, which clang kept on the stack (1 ns). */
+	__u64 m2 = (__u64)ep_id | (__u64)mflags << 32 | (__u64)l3_off << 48;
+	__u64 m3 = (__u64)hdr_off | (__u64)payload_len << 16 | (__u64)pkt.src.family << 32 |
+		   (__u64)XDPFAB_META_VERSION << 40 | (__u64)rx_ctx << 48;
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct rx_meta)))
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
 	data = (void *)(long)ctx->data;
 	struct rx_meta *meta = (void *)(long)ctx->data_meta;
 	if ((void *)(meta + 1) > data)
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
-	meta->fi_addr = fi_addr;
-	meta->user_id = user_id;
-	meta->ep_id = ep_id;
-	meta->flags = mflags;
-	meta->l3_off = l3_off;
-	meta->hdr_off = hdr_off;
-	meta->payload_len = payload_len;
-	meta->family = pkt.src.family;
-	meta->version = XDPFAB_META_VERSION;
-	meta->rx_ctx = rx_ctx;
-	meta->pad = 0;
+	__u64 *mw = (void *)meta;
+	mw[0] = fi_addr;
+	mw[1] = user_id;
+	mw[2] = m2;
+	mw[3] = m3;
 
 	/* 9. Redirect. */
 	long act = bpf_redirect_map(&xdpfab_xsks, slot, XDP_DROP);

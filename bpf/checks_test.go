@@ -3,6 +3,7 @@
 package bpf_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"github.com/xdpfab/xdpfab/internal/xdpmodel"
+	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
 	"golang.org/x/sys/unix"
@@ -259,4 +261,74 @@ func TestXDPLoadsWithAgentCaps(t *testing.T) {
 		}
 		dp.Close()
 	})
+}
+
+// The UDP checksum is summed in pieces chosen by the datagram's length
+// (512-byte chunks, then the remainder's set bits: by helper calls from
+// 256 down to 128, as 32-bit words below, then 2 and 1 bytes), so every
+// remainder takes a different combination of them. For every payload
+// length up to 700 bytes (UDP lengths 40 to 740: every remainder below
+// 512 and a chunk), both families: the datagram with its checksum is
+// redirected with its full metadata (the last 16 bytes of which the
+// program writes as two words), and the same with one byte corrupted in
+// its first, middle or last 4-byte word is dropped as a checksum error.
+func TestXDPChecksumEveryLength(t *testing.T) {
+	dp := fixture(t)
+	tb := fixtureTables(t, dp)
+	for _, c := range []struct {
+		src, dst netip.AddrPort
+		epID     uint32
+		rxCtx    uint8
+		fiAddr   uint64
+		l3, hdr  uint16
+		family   uint8
+	}{
+		{known4, epCtx, 5, 1, 3, 14, 42, wire.AFInet},
+		{known6, ep6, 2, 0, 4, 14, 62, wire.AFInet6},
+	} {
+		for n := 0; n <= 700; n++ {
+			s := spec(c.src, c.dst)
+			s.Hdr.RxCtx = c.rxCtx
+			s.Payload = make([]byte, n)
+			for i := range s.Payload {
+				s.Payload[i] = byte(i*7 + n)
+			}
+			good := wire.Build(s)
+			r, err := xdptest.Run(dp, good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantMeta := wire.Meta{FiAddr: c.fiAddr, UserID: notAvail, EpID: c.epID, Flags: wire.MetaKnown, L3Off: c.l3, HdrOff: c.hdr,
+				PayloadLen: uint16(n), Family: c.family, Version: wire.MetaVersion, RxCtx: c.rxCtx}
+			if r.Verdict != xdpRedirect || !r.HasMeta || r.Meta != wantMeta {
+				t.Fatalf("%v, payload %d B: verdict %d, metadata %+v (%v), want a redirect with %+v", c.src, n, r.Verdict, r.Meta, r.HasMeta, wantMeta)
+			}
+			udp := int(c.hdr) - 8
+			before, err := dp.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, at := range []int{udp + 8, udp + (8+wire.HdrLen+n)/2, len(good) - 1} {
+				bad := bytes.Clone(good)
+				bad[at] ^= 0x40
+				r, err := xdptest.Run(dp, bad)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Verdict != xdpDrop {
+					t.Fatalf("%v, payload %d B, byte %d corrupted: verdict %d, want a drop", c.src, n, at, r.Verdict)
+				}
+				if m := tb.Run(bad, bpf.XDPMD{IngressIfindex: 1}); m.Counter != bpf.CounterCsumError {
+					t.Fatalf("%v, payload %d B, byte %d corrupted: the model says %v", c.src, n, at, m)
+				}
+			}
+			after, err := dp.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := after[bpf.CounterCsumError] - before[bpf.CounterCsumError]; d != 3 {
+				t.Fatalf("%v, payload %d B: %d checksum errors counted for 3 corrupted datagrams", c.src, n, d)
+			}
+		}
+	}
 }
