@@ -135,8 +135,8 @@ func writeReport(r *results, cfg *config) error {
 		"(xdpfab's program ÷ a program that does nothing).", r.Reps)
 	d.p("")
 	d.p("**Reproduce.** As root: `make bench` regenerates this file, the plots and the JSON (under 15 minutes); " +
-		"`sudo bench/run.sh -sections xdp` (or `rx`, `pp`, `av`, `cq`, `scale`, `local`, comma-separated) runs single sections, " +
-		"and `-cases KEY,...` single rows (the keys are the last part of the JSON `key`); " +
+		"`sudo bench/run.sh -sections xdp` (or `rx`, `pp`, `av`, `cq`, `scale`, `local`, `share`, comma-separated) runs single sections, " +
+		"and `-cases KEY,...` single rows (the keys are the last part of the JSON `key`; in section 1 family and size, such as `IPv4/1k`); " +
 		"`make bench-quick` is the smoke run (writes bench/out/quick/).")
 	d.p("")
 	d.p("## Setup")
