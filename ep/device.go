@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/fi"
@@ -38,6 +39,13 @@ type device struct {
 	share  *dataplane.ShareBlock
 	slot   int
 	txSock *dataplane.Socket
+
+	// Frames its endpoints' receive contexts keep for receives not yet
+	// posted (rxCtx.park), and how many they may keep together: a quarter
+	// of its frames, half what its fill rings get (0: no bound but each
+	// context's own).
+	parked     atomic.Int64
+	parkBudget int
 }
 
 // deviceMaker makes or finds the device of an endpoint listening on
@@ -144,6 +152,7 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 	d.queues = len(d.anchors)
 	d.fillMu = d.fillMu[:d.queues]
 	d.tx.init(d, a.Frames)
+	d.parkBudget = a.Frames / 4
 	return d, nil
 }
 

@@ -36,6 +36,9 @@ type Endpoint struct {
 	parkLimit int    // frames a receive context keeps for unmatched messages
 	rxCtxBits int    // the AV's, read per send
 
+	// Messages dropped on receipt (RecvStats).
+	parkDropped, unmatchable atomic.Uint64
+
 	dev  *device
 	umem *dataplane.UMEM
 	rx   []*rxCtx
@@ -429,6 +432,31 @@ func (e *Endpoint) MaxMsgSize() int {
 		return 0
 	}
 	return e.maxMsg
+}
+
+// RecvStats counts messages an endpoint dropped after taking them off its
+// rings or channels (the kernel counts those it dropped before: Stats).
+type RecvStats struct {
+	// ParkDropped counts messages that arrived before a matching receive
+	// and were dropped because their receive context, or the endpoint's
+	// device, kept as many such messages as it may: the oldest unclaimed
+	// one goes (or the new one, when every kept one is claimed).
+	ParkDropped uint64
+	// Unmatchable counts messages no receive could ever take: an
+	// operation the endpoint lacks the capability for (a tagged message
+	// without fi.Tagged, an untagged one without fi.Msg), or a kept
+	// message whose AV entry was removed while it waited, on an endpoint
+	// that drops messages from unknown sources.
+	Unmatchable uint64
+}
+
+// RecvStats returns the endpoint's receive drop counters (zero for a nil
+// endpoint).
+func (e *Endpoint) RecvStats() RecvStats {
+	if e == nil {
+		return RecvStats{}
+	}
+	return RecvStats{ParkDropped: e.parkDropped.Load(), Unmatchable: e.unmatchable.Load()}
 }
 
 // Stats returns the sockets' kernel statistics summed.

@@ -286,8 +286,11 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 	if sh == nil {
 		d.prime(info.Frames)
 		d.tx.init(d, info.Frames)
+		d.parkBudget = info.Frames / 4
 		return d, nil
 	}
+	// Its contexts together keep what the domain lets the endpoint keep.
+	d.parkBudget = sh.ParkLimit
 	// A sharing domain's endpoint: the receive pool is in the domain's
 	// fill rings already; this endpoint allocates only its own transmit
 	// frames.

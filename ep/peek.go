@@ -86,7 +86,7 @@ type parkedMsg struct {
 func (c *rxCtx) parkedMsgs() []parkedMsg {
 	var out []parkedMsg
 	for i, f := range c.parked {
-		h, payload, comp, ok := c.frameMsg(f)
+		h, payload, comp, ok := c.frameMsg(f, true)
 		if !ok || h.Op != wire.OpTagged {
 			continue
 		}
@@ -194,15 +194,13 @@ func (c *rxCtx) dropParked(m parkedMsg) {
 	if m.frame >= 0 {
 		c.release(c.parked[m.frame])
 		c.parked = append(c.parked[:m.frame], c.parked[m.frame+1:]...)
+		c.ep.dev.parked.Add(-1)
 		return
 	}
 	s := c.ep.shm.Load()
 	for ci, x := range c.ep.rx {
 		if x == c {
-			p := s.parked[ci]
-			s.spare[ci] = append(s.spare[ci], p[m.local].data)
-			s.parked[ci] = append(p[:m.local], p[m.local+1:]...)
-			s.nparked.Add(-1)
+			s.unpark(ci, m.local)
 		}
 	}
 }

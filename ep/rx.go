@@ -3,6 +3,7 @@ package ep
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/xdpfab/xdpfab/cq"
@@ -26,6 +27,11 @@ type rxCtx struct {
 	msgs   []recvOp // posted FI_MSG receives, in order
 	tagged []recvOp // posted FI_TAGGED receives, in order
 	parked []frameRef
+	// stale: a parked message may match a posted receive (a drain ran
+	// out of CQ room). While it is false none does, so a receive posted
+	// next is the only one to compare them with.
+	stale  bool
+	posts  uint64     // receives posted (recvOp.seq)
 	refill [][]uint64 // per queue: frames to give back to its fill ring
 	descs  []dataplane.Desc
 	// A jumbo frame (AF_XDP multi-buffer) is a chain of descriptors:
@@ -43,7 +49,8 @@ type recvOp struct {
 	src         fi.Addr // fi.AddrUnspec: any
 	tag, ignore uint64
 	ctx         any
-	quiet       bool // selective completion without fi.Completion: errors only
+	quiet       bool   // selective completion without fi.Completion: errors only
+	seq         uint64 // the context's count of posted receives when posted
 }
 
 // frameRef is a received frame the endpoint still holds.
@@ -57,7 +64,23 @@ type frameRef struct {
 	// it and is held; the others went back to the fill ring). nil: the
 	// frame is the descriptor's.
 	data []byte
+	key  parkKey // a parked frame's: what matching compares
 }
+
+// parkKey is what matching compares of a parked message, kept when it is
+// parked so that a receive posted later is compared with every parked
+// message without parsing their frames again.
+type parkKey struct {
+	tag    uint64
+	group  uint32
+	src    fi.Addr // the fi_addr it arrived from (known)
+	tagged bool
+	known  bool
+}
+
+// parkFloor is how many unmatched messages a receive context may always
+// keep, whatever the other contexts of its device hold (park).
+const parkFloor = 2
 
 // RxContext is one receive context of an endpoint (fi_rx_context): Recv,
 // TRecv and Cancel act on it. Endpoint's own methods act on context 0.
@@ -212,15 +235,22 @@ func (c *rxCtx) post(op recvOp, tagged bool) error {
 	if tagged {
 		q = &c.tagged
 	}
+	c.posts++
+	op.seq = c.posts
 	*q = append(*q, op)
-	// Frames that arrived before this receive are matched now.
+	// Messages that arrived before this receive are matched now: with this
+	// receive only, unless an earlier drain left some behind.
 	if len(c.parked) > 0 {
-		if err := c.drainParked(); err != nil {
+		only := op.seq
+		if c.stale {
+			only = 0
+		}
+		if err := c.drainParked(only); err != nil {
 			*q = (*q)[:len(*q)-1]
 			return err
 		}
 	}
-	e.shmPosted(c) // and same-host messages (shm.go)
+	e.shmPosted(c, op.seq) // and same-host messages (shm.go)
 	return nil
 }
 
@@ -276,16 +306,15 @@ func (c *rxCtx) progress() (blocked bool) {
 	if c.ep.closed.Load() {
 		return false
 	}
-	if len(c.parked) > 0 {
-		c.drainParked()
+	if c.stale {
+		c.drainParked(0)
 	}
-	parkRoom := c.ep.parkLimit - len(c.parked)
 	for q, s := range c.socks {
-		got, full := c.take(q, s, &parkRoom)
+		got, full := c.take(q, s)
 		if got == 0 && !full && s.Wake() {
 			// The system call ran outside any CQ reservation, which
 			// would hold off the CQ's other producers.
-			_, full = c.take(q, s, &parkRoom)
+			_, full = c.take(q, s)
 		}
 		if full {
 			return true
@@ -294,18 +323,15 @@ func (c *rxCtx) progress() (blocked bool) {
 	return false
 }
 
-// take delivers (or parks) what queue q's ring holds, as far as the CQ and
-// parkRoom allow, under one CQ reservation. full reports that there was no
-// room to take anything.
-func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full bool) {
-	room := min(*parkRoom, len(c.descs))
-	if room <= 0 {
-		return 0, true
-	}
+// take delivers (or parks) what queue q's ring holds, as far as the CQ
+// allows, under one CQ reservation. full reports that there was no room to
+// take anything. Parking never stops it (park makes room): a context whose
+// parked messages no receive will ever match still takes the ring's.
+func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 	if !s.Ready() {
 		return 0, false // no CQ reservation (its lock) for an empty ring
 	}
-	n, err := c.cq.Reserve(room)
+	n, err := c.cq.Reserve(len(c.descs))
 	if err != nil || n == 0 {
 		return 0, true
 	}
@@ -329,13 +355,44 @@ func (c *rxCtx) take(q int, s *dataplane.Socket, parkRoom *int) (got int, full b
 			}
 			f = c.gather(q)
 		}
-		if !c.deliver(f) {
-			c.parked = append(c.parked, f)
-			*parkRoom--
+		if !c.deliver(&f, false) {
+			c.park(f)
 		}
 	}
 	c.cq.Commit()
 	return got, false
+}
+
+// park keeps frame f, which no posted receive matches, for one posted
+// later. A context keeps at most parkLimit, and beyond parkFloor only
+// while its device's contexts together keep fewer than the device's
+// parkBudget (so that the frames they keep leave the fill rings enough):
+// past either, the oldest unclaimed frame is dropped to make room, or f
+// itself when every kept frame is claimed (FI_CLAIM). Dropping the oldest
+// rather than the newest means messages no receive ever matches cannot
+// keep the ones that arrive after them out. Each drop is counted
+// (RecvStats.ParkDropped). The caller holds c.mu.
+func (c *rxCtx) park(f frameRef) {
+	d := c.ep.dev
+	if len(c.parked) >= c.ep.parkLimit ||
+		d.parkBudget > 0 && d.parked.Load() >= int64(d.parkBudget) && len(c.parked) >= parkFloor {
+		i := slices.IndexFunc(c.parked, func(p frameRef) bool { return p.claim == nil })
+		c.ep.parkDropped.Add(1)
+		if i < 0 {
+			c.release(f)
+			return
+		}
+		c.release(c.parked[i])
+		if i == 0 {
+			c.parked[0] = frameRef{}
+			c.parked = c.parked[1:]
+		} else {
+			c.parked = slices.Delete(c.parked, i, i+1)
+		}
+		d.parked.Add(-1)
+	}
+	c.parked = append(c.parked, f)
+	d.parked.Add(1)
 }
 
 // rxPrefetch is how much of a received packet take prefetches: headers
@@ -366,52 +423,129 @@ func (c *rxCtx) gather(q int) frameRef {
 }
 
 // drainParked delivers parked frames that now match a posted receive, in
-// arrival order.
-func (c *rxCtx) drainParked() error {
+// arrival order. only, when not 0, is the receive just posted (its seq)
+// while no parked frame matched another: the frames are compared with it
+// alone, by their keys, so posting costs one comparison per parked frame,
+// not one per parked frame and posted receive.
+func (c *rxCtx) drainParked(only uint64) error {
+	if len(c.parked) == 0 {
+		c.stale = false
+		return nil
+	}
 	n, err := c.cq.Reserve(len(c.parked))
 	if err != nil {
 		return fmt.Errorf("ep recv: %w", err)
 	}
 	kept := c.parked[:0]
-	for i, f := range c.parked {
+	gone, short := 0, false
+	for i := range c.parked {
+		f := c.parked[i]
 		if n == 0 {
+			// Out of CQ room: what is left may match a posted receive.
 			kept = append(kept, c.parked[i:]...)
+			short = true
 			break
 		}
-		if f.claim == nil && c.deliver(f) {
+		if f.claim != nil {
+			kept = append(kept, f)
+			continue
+		}
+		if only != 0 {
+			op, tagged := c.postedSeq(only)
+			if op == nil {
+				kept = append(kept, c.parked[i:]...) // it took what it could
+				break
+			}
+			if !keyMatches(op, tagged, f.key) {
+				kept = append(kept, f)
+				continue
+			}
+		}
+		if c.deliver(&f, true) {
 			n--
+			gone++
 		} else {
 			kept = append(kept, f)
 		}
 	}
+	if short {
+		c.stale = true
+	} else if only == 0 {
+		c.stale = false
+	}
 	clear(c.parked[len(kept):])
 	c.parked = kept
+	c.ep.dev.parked.Add(-int64(gone))
 	c.cq.Commit()
 	c.flush()
 	return nil
 }
 
+// postedSeq finds the posted receive numbered seq, which drainParked's
+// callers posted last: the last of its queue, or gone.
+func (c *rxCtx) postedSeq(seq uint64) (*recvOp, bool) {
+	if n := len(c.msgs); n > 0 && c.msgs[n-1].seq == seq {
+		return &c.msgs[n-1], false
+	}
+	if n := len(c.tagged); n > 0 && c.tagged[n-1].seq == seq {
+		return &c.tagged[n-1], true
+	}
+	return nil, false
+}
+
+// keyMatches reports whether a parked message with key k matches posted
+// receive op (of the tagged queue or not), as match decides.
+func keyMatches(op *recvOp, tagged bool, k parkKey) bool {
+	return tagged == k.tagged && opMatches(op, tagged, k.tag, k.group, k.src, k.known)
+}
+
 // deliver matches one frame to a posted receive, copies it and writes its
-// completion into the open reservation. It returns false, keeping the
-// frame, when no receive matches.
-func (c *rxCtx) deliver(f frameRef) bool {
-	h, payload, comp, ok := c.frameMsg(f)
+// completion into the open reservation. It returns true when the frame is
+// done with: delivered, or dropped (counted) because no receive can ever
+// take it (an operation the endpoint lacks the capability for, or, for a
+// parked frame, a source that left the AV under DropUnknown); false,
+// keeping the frame and setting f.key, when no posted receive matches.
+// parked says f was parked (frameMsg checks its source again).
+func (c *rxCtx) deliver(f *frameRef, parked bool) bool {
+	h, payload, comp, ok := c.frameMsg(*f, parked)
 	if !ok {
-		c.release(f) // cannot happen with our program; never hold it
+		c.release(*f) // cannot happen with our program; never hold it
 		return true
 	}
 	tagged := h.Op == wire.OpTagged
+	if !c.ep.takes(h.Op) || comp.gone && c.ep.dropsUnknown() {
+		c.ep.unmatchable.Add(1)
+		c.release(*f)
+		return true
+	}
 	q := &c.msgs
 	if tagged {
 		q = &c.tagged
 	}
 	i := c.match(*q, tagged, h, comp.matchSrc, comp.known)
 	if i < 0 {
+		f.key = parkKey{tag: h.Tag, group: h.Group, src: comp.matchSrc, tagged: tagged, known: comp.known}
 		return false
 	}
 	c.fill(&(*q)[i], q, i, payload, &comp.Completion)
-	c.release(f)
+	c.release(*f)
 	return true
+}
+
+// takes reports whether the endpoint receives messages of operation op at
+// all: an untagged message needs fi.Msg, a tagged one fi.Tagged (no
+// receive of the other kind can be posted: check refuses it).
+func (e *Endpoint) takes(op uint8) bool {
+	if op == wire.OpTagged {
+		return e.attr.Caps&fi.Tagged != 0
+	}
+	return e.attr.Caps&fi.Msg != 0
+}
+
+// dropsUnknown reports whether the endpoint drops messages from sources
+// its AV does not hold, as the XDP program does for it.
+func (e *Endpoint) dropsUnknown() bool {
+	return e.attr.DropUnknown && e.attr.Caps&fi.SourceErr == 0
 }
 
 // msgComp is a message's completion before a receive is chosen for it,
@@ -420,12 +554,20 @@ type msgComp struct {
 	cq.Completion
 	matchSrc fi.Addr // the fi_addr directed receives compare
 	known    bool
+	gone     bool // parked while its AV entry went: now from an unknown source
 }
 
 // frameMsg parses a frame the XDP program redirected: its header, its
 // payload and its completion's fields from the metadata (source, flags,
 // tag, CQ data). ok false: not a frame of this endpoint.
-func (c *rxCtx) frameMsg(f frameRef) (h wire.Hdr, payload []byte, comp msgComp, ok bool) {
+//
+// For a parked frame (parked), the AV entry the program found may have
+// been removed since, and its index given to another peer (fi_av_remove,
+// then an insert takes the lowest free index): the frame counts as from a
+// known source only while the entry at its fi_addr still holds its
+// source address; otherwise it is from an unknown source (comp.gone), as
+// a datagram that arrives after the remove is.
+func (c *rxCtx) frameMsg(f frameRef, parked bool) (h wire.Hdr, payload []byte, comp msgComp, ok bool) {
 	u := c.ep.umem
 	pkt := f.data
 	if pkt == nil {
@@ -442,6 +584,9 @@ func (c *rxCtx) frameMsg(f frameRef) (h wire.Hdr, payload []byte, comp msgComp, 
 	}
 	payload = pkt[int(m.HdrOff)+wire.HdrLen:][:m.PayloadLen]
 	comp.known = m.Flags&wire.MetaKnown != 0
+	if parked && comp.known && !c.ep.stillAt(pkt, m) {
+		comp.known, comp.gone = false, true
+	}
 	comp.matchSrc = fi.Addr(m.FiAddr)
 	comp.Src = fi.Addr(m.FiAddr)
 	if m.Flags&wire.MetaUserID != 0 {
@@ -511,23 +656,39 @@ func removeOp(q *[]recvOp, i int) {
 // match returns the first posted receive the message matches.
 func (c *rxCtx) match(ops []recvOp, tagged bool, h wire.Hdr, src fi.Addr, known bool) int {
 	for i := range ops {
-		op := &ops[i]
-		if tagged && (op.tag|op.ignore) != (h.Tag|op.ignore) {
-			continue
+		if opMatches(&ops[i], tagged, h.Tag, h.Group, src, known) {
+			return i
 		}
-		group, idx := uint32(0), AnySource
-		if op.src != fi.AddrUnspec {
-			group, idx = uint32(op.src>>32), op.src&AnySource
-		}
-		if h.Group != group {
-			continue
-		}
-		if idx != AnySource && (!known || src != idx) {
-			continue
-		}
-		return i
 	}
 	return -1
+}
+
+// opMatches reports whether a message (its tag when tagged, its group, its
+// source's fi_addr when known) matches posted receive op.
+func opMatches(op *recvOp, tagged bool, tag uint64, group uint32, src fi.Addr, known bool) bool {
+	if tagged && (op.tag|op.ignore) != (tag|op.ignore) {
+		return false
+	}
+	g, idx := uint32(0), AnySource
+	if op.src != fi.AddrUnspec {
+		g, idx = uint32(op.src>>32), op.src&AnySource
+	}
+	if group != g {
+		return false
+	}
+	return idx == AnySource || known && src == idx
+}
+
+// stillAt reports whether the AV entry at a received frame's fi_addr
+// (metadata m) still holds the frame's source address. A lock-free read
+// of the AV's table (LookupAddr).
+func (e *Endpoint) stillAt(pkt []byte, m wire.Meta) bool {
+	src, ok := wire.Source(pkt, m)
+	if !ok {
+		return false
+	}
+	a, err := e.av.LookupAddr(fi.Addr(m.FiAddr))
+	return err == nil && a == src
 }
 
 // drain gives back every frame the context holds: parked ones and those
@@ -537,6 +698,7 @@ func (c *rxCtx) drain() {
 	for _, f := range c.parked {
 		c.release(f)
 	}
+	c.ep.dev.parked.Add(-int64(len(c.parked)))
 	c.parked = nil
 	for q, p := range c.partial {
 		for _, d := range p {

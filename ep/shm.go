@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,9 +46,19 @@ const MaxShmChannels = 64
 var shmQuota = MaxShmChannels
 
 // shmMaxParked bounds the same-host messages a receive context holds for
-// want of a matching receive; beyond it the rest wait in their channels
-// (whose senders then see EAGAIN).
-const shmMaxParked = 256
+// want of a matching receive, and shmParkBytes the bytes an endpoint's
+// contexts hold together beyond parkFloor messages each: past either, the
+// oldest unclaimed message is dropped to make room (counted, as rxCtx.park
+// does with frames); when every one is claimed the rest wait in their
+// channels (whose senders then see EAGAIN).
+const (
+	shmMaxParked = 256
+	shmParkBytes = 4 << 20
+)
+
+// shmMaxSpare bounds the buffers of dropped or delivered parked messages a
+// context keeps for reuse.
+const shmMaxSpare = 16
 
 // LocalChannelInfo describes a same-host channel, as the party that set it
 // up (the agent) tells each side, next to the channel's memfd. Plain data,
@@ -123,7 +134,9 @@ type shmState struct {
 	// spare buffers, guarded by that context's mu.
 	parked  [][]shmParked
 	spare   [][][]byte
+	pstale  []bool // per context: as rxCtx.stale
 	nparked atomic.Int32
+	pbytes  atomic.Int64 // the parked messages' buffers' capacity
 
 	dropped, bad atomic.Uint64
 }
@@ -168,7 +181,7 @@ var (
 )
 
 func newShmState(e *Endpoint, broker LocalBroker) *shmState {
-	s := &shmState{e: e, broker: broker, evfd: -1, evw: -1, parked: make([][]shmParked, len(e.rx)), spare: make([][][]byte, len(e.rx))}
+	s := &shmState{e: e, broker: broker, evfd: -1, evw: -1, parked: make([][]shmParked, len(e.rx)), spare: make([][][]byte, len(e.rx)), pstale: make([]bool, len(e.rx))}
 	s.bell = &s.local
 	return s
 }
@@ -707,6 +720,11 @@ func (s *shmState) drain(ch *shmRx) (keep, full bool) {
 			ch.head++
 			continue
 		}
+		if !e.takes(h.Op) {
+			e.unmatchable.Add(1) // as rxCtx.deliver: no receive can take it
+			ch.head++
+			continue
+		}
 		c := e.rx[h.RxCtx]
 		c.mu.Lock()
 		if e.closed.Load() || c.cq == nil {
@@ -793,62 +811,128 @@ func (c *rxCtx) localComp(h wire.Hdr, src *shmSrc) cq.Completion {
 }
 
 // park keeps a copy of a message no posted receive matches, for context
-// ci (whose mu the caller holds); false when the context holds its limit.
+// ci (whose mu the caller holds), dropping the oldest unclaimed one when
+// the context or the endpoint holds its limit (shmMaxParked,
+// shmParkBytes); false when every one it holds is claimed.
 func (s *shmState) park(ci int, h wire.Hdr, payload []byte, src shmSrc) bool {
-	if len(s.parked[ci]) >= shmMaxParked {
-		return false
+	for len(s.parked[ci]) >= shmMaxParked ||
+		len(s.parked[ci]) >= parkFloor && s.pbytes.Load()+int64(len(payload)) > shmParkBytes {
+		p := s.parked[ci]
+		i := slices.IndexFunc(p, func(m shmParked) bool { return m.claim == nil })
+		if i < 0 {
+			return false
+		}
+		s.e.parkDropped.Add(1)
+		s.unpark(ci, i)
 	}
 	var b []byte
 	if sp := s.spare[ci]; len(sp) > 0 {
 		b, s.spare[ci] = sp[len(sp)-1], sp[:len(sp)-1]
 	}
-	s.parked[ci] = append(s.parked[ci], shmParked{h: h, src: src, data: append(b[:0], payload...)})
+	b = append(b[:0], payload...)
+	s.parked[ci] = append(s.parked[ci], shmParked{h: h, src: src, data: b})
 	s.nparked.Add(1)
+	s.pbytes.Add(int64(cap(b)))
 	return true
 }
 
-// shmPosted matches parked same-host messages to a receive just posted on
-// c (rx.go's post calls it, holding c.mu), as parked frames are.
-func (e *Endpoint) shmPosted(c *rxCtx) {
+// unpark removes context ci's parked message i, keeping its buffer for
+// reuse (up to shmMaxSpare). The caller holds the context's mu.
+func (s *shmState) unpark(ci, i int) {
+	p := s.parked[ci]
+	b := p[i].data
+	s.pbytes.Add(-int64(cap(b)))
+	s.nparked.Add(-1)
+	if len(s.spare[ci]) < shmMaxSpare {
+		s.spare[ci] = append(s.spare[ci], b)
+	}
+	if i == 0 {
+		p[0] = shmParked{}
+		s.parked[ci] = p[1:]
+		return
+	}
+	s.parked[ci] = slices.Delete(p, i, i+1)
+}
+
+// shmPosted matches parked same-host messages to the receive numbered seq
+// just posted on c (rx.go's post calls it, holding c.mu), as parked frames
+// are.
+func (e *Endpoint) shmPosted(c *rxCtx, seq uint64) {
 	s := e.shm.Load()
 	if s == nil || s.nparked.Load() == 0 {
 		return
 	}
 	for ci, x := range e.rx {
 		if x == c {
-			s.drainParked(c, ci)
+			if s.pstale[ci] {
+				seq = 0
+			}
+			s.drainParked(c, ci, seq)
 		}
 	}
 }
 
 // drainParked delivers parked messages of context ci that now match, in
-// arrival order. The caller holds c.mu.
-func (s *shmState) drainParked(c *rxCtx, ci int) {
+// arrival order; with only, to that receive alone (rxCtx.drainParked).
+// A message whose AV entry was removed while it waited is from an unknown
+// source now (rxCtx.frameMsg), dropped (counted) where the endpoint drops
+// those. The caller holds c.mu.
+func (s *shmState) drainParked(c *rxCtx, ci int, only uint64) {
 	p := s.parked[ci]
 	if len(p) == 0 {
 		return
 	}
 	n, err := c.cq.Reserve(len(p))
 	if err != nil || n == 0 {
+		s.pstale[ci] = true
 		return
 	}
-	kept := p[:0]
-	for i := range p {
+	for i := 0; i < len(s.parked[ci]); {
+		m := &s.parked[ci][i]
 		if n == 0 {
-			kept = append(kept, p[i:]...)
+			s.pstale[ci] = true
 			break
 		}
-		if p[i].claim == nil && c.deliverLocal(p[i].h, p[i].data, &p[i].src) {
-			n--
-			s.spare[ci] = append(s.spare[ci], p[i].data)
-		} else {
-			kept = append(kept, p[i])
+		if m.claim != nil {
+			i++
+			continue
 		}
+		if only != 0 {
+			op, tagged := c.postedSeq(only)
+			if op == nil {
+				break
+			}
+			if tagged != (m.h.Op == wire.OpTagged) || !opMatches(op, tagged, m.h.Tag, m.h.Group, m.src.fa, m.src.known) {
+				i++
+				continue
+			}
+		}
+		if m.src.known && !s.e.stillNamed(m.src) {
+			m.src.known = false
+			if s.e.dropsUnknown() {
+				s.e.unmatchable.Add(1)
+				s.unpark(ci, i)
+				continue
+			}
+		}
+		if c.deliverLocal(m.h, m.data, &m.src) {
+			n--
+			s.unpark(ci, i)
+			continue
+		}
+		i++
+	}
+	if n > 0 && only == 0 {
+		s.pstale[ci] = false
 	}
 	c.cq.Commit()
-	s.nparked.Add(int32(len(kept) - len(p)))
-	clear(p[len(kept):])
-	s.parked[ci] = kept
+}
+
+// stillNamed reports whether the AV entry a same-host message was
+// attributed to still holds its sender's address (rxCtx.frameMsg).
+func (e *Endpoint) stillNamed(src shmSrc) bool {
+	a, err := e.av.LookupAddr(src.fa)
+	return err == nil && a == src.addr
 }
 
 // shmPollFD is the descriptor automatic progress polls beside the sockets
@@ -951,6 +1035,7 @@ func (e *Endpoint) shmClose() {
 	clear(s.parked)
 	clear(s.spare)
 	s.nparked.Store(0)
+	s.pbytes.Store(0)
 	for _, c := range e.rx {
 		c.mu.Unlock()
 	}
