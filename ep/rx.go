@@ -309,6 +309,7 @@ func (c *rxCtx) progress() (blocked bool) {
 	if c.stale {
 		c.drainParked(0)
 	}
+	c.ep.shmStale(c)
 	for q, s := range c.socks {
 		got, full := c.take(q, s)
 		if got == 0 && !full && s.Wake() {

@@ -887,10 +887,11 @@ func (s *shmState) drainParked(c *rxCtx, ci int, only uint64) {
 		s.pstale[ci] = true
 		return
 	}
+	short := false
 	for i := 0; i < len(s.parked[ci]); {
 		m := &s.parked[ci][i]
 		if n == 0 {
-			s.pstale[ci] = true
+			short = true
 			break
 		}
 		if m.claim != nil {
@@ -922,10 +923,27 @@ func (s *shmState) drainParked(c *rxCtx, ci int, only uint64) {
 		}
 		i++
 	}
-	if n > 0 && only == 0 {
+	if short {
+		s.pstale[ci] = true
+	} else if only == 0 {
 		s.pstale[ci] = false
 	}
 	c.cq.Commit()
+}
+
+// shmStale drains c's parked same-host messages when a drain ran out of
+// CQ room (pstale), as progress does for parked frames. The caller holds
+// c.mu.
+func (e *Endpoint) shmStale(c *rxCtx) {
+	s := e.shm.Load()
+	if s == nil || s.nparked.Load() == 0 {
+		return
+	}
+	for ci, x := range e.rx {
+		if x == c && s.pstale[ci] {
+			s.drainParked(c, ci, 0)
+		}
+	}
 }
 
 // stillNamed reports whether the AV entry a same-host message was
