@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
@@ -41,6 +42,10 @@ type AV struct {
 	eq     *EventQueue
 	closed bool
 	grown  int // tables this handle replaced (growth, rebuilds)
+	// The last rebuild for want of a slot (reseed): when it ended and
+	// what it took.
+	reseedAt   time.Time
+	reseedCost time.Duration
 	// Scratch space kept between calls: Remove's for long lists,
 	// insert's per-address results.
 	rmAt      map[uint32]int

@@ -169,6 +169,41 @@ func (a *AV) Entries() ([]Entry, error) {
 	return out, nil
 }
 
+// EntriesPage is Entries' page of at most limit entries from the
+// offset-th (in index order), and how many entries the AV holds: what a
+// listing fetched page by page needs, without building the entries of
+// every other page (it reads only their use counts). offset beyond the
+// entries is EINVAL; limit 0 or less is an empty page.
+func (a *AV) EntriesPage(offset, limit int) (_ []Entry, total int, err error) {
+	if err := a.usable("av entries"); err != nil {
+		return nil, 0, err
+	}
+	unlock := a.lock()
+	defer unlock()
+	if err := a.begin(false); err != nil {
+		return nil, 0, fmt.Errorf("av entries: %w", err)
+	}
+	total = int(a.tab.Live())
+	if offset < 0 || offset > total {
+		return nil, total, fmt.Errorf("av entries: offset %d of %d entries: %w", offset, total, fi.EINVAL)
+	}
+	limit = min(max(limit, 0), total-offset)
+	out := make([]Entry, 0, limit)
+	seen := 0
+	for idx := range a.tab.High() {
+		if len(out) == limit {
+			break
+		}
+		if _, _, refcnt := a.tab.Aux(idx); refcnt > 0 {
+			if seen >= offset {
+				out = append(out, a.entry(idx))
+			}
+			seen++
+		}
+	}
+	return out, total, nil
+}
+
 // SetUserID sets the user ID reported in completions for fiAddr
 // (fi_av_set_user_id); the AV must have been opened with fi.AVUserID.
 // With fi.AuthKey, fiAddr is an auth-key handle and the ID is the one
