@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/loader"
 )
 
 // sdNotify sends state to the service manager, as sd_notify(3) does: one
@@ -69,8 +70,8 @@ func watchdogInterval() (time.Duration, error) {
 }
 
 // watchdog sends WATCHDOG=1 every half watchdog period until ctx ends,
-// each time the dataplane's maps still answer: a hung agent (or one whose
-// maps went away) stops pinging and systemd restarts it.
+// each time the agent is healthy: a hung agent (or one whose maps went
+// away) stops pinging and systemd restarts it.
 func (a *Agent) watchdog(ctx context.Context) {
 	every, err := watchdogInterval()
 	if err != nil {
@@ -83,12 +84,13 @@ func (a *Agent) watchdog(ctx context.Context) {
 	a.log.Info("systemd watchdog", "interval", every.String())
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var h health
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := a.healthy(); err != nil {
+			if err := a.healthy(every, &h); err != nil {
 				a.log.Warn("not pinging the systemd watchdog", "err", err)
 				continue
 			}
@@ -99,10 +101,46 @@ func (a *Agent) watchdog(ctx context.Context) {
 	}
 }
 
-// healthy checks that the agent can still read its dataplane.
-func (a *Agent) healthy() error {
+// health is what healthy keeps from one check to the next.
+type health struct {
+	// The writers' lock's progress at the last check (loader.LockProgress).
+	waiters int
+	taken   uint64
+	// probe is a goroutine's wait for the agent's own lock, started by the
+	// last check; it must have ended by this one.
+	probe chan struct{}
+}
+
+// healthy checks that the agent can still read its dataplane and still
+// gets its locks, every interval: the dataplane's (callers waited for it
+// at the last check and now, and no one took it in between: a process
+// holding the writers' lock hangs, or the agent itself) and the agent's
+// own, which admitting a connection takes. That one is probed without
+// waiting, so as not to delay the ping.
+func (a *Agent) healthy(interval time.Duration, h *health) error {
 	if _, err := a.dp.Counters(); err != nil {
 		return fmt.Errorf("read the XDP counters: %w", err)
 	}
+	waiters, taken := a.dp.LockProgress()
+	stuck := waiters > 0 && h.waiters > 0 && taken == h.taken
+	h.waiters, h.taken = waiters, taken
+	if stuck {
+		return fmt.Errorf("changes to the maps have waited over %v for the writers' lock %s (held by a process of the agent's user or root that hangs, or by the agent): %w",
+			interval, loader.LockPath(a.cfg.PinRoot), fi.ETIMEDOUT)
+	}
+	if p := h.probe; p != nil {
+		select {
+		case <-p:
+		default:
+			return fmt.Errorf("the agent's state has been locked for over %v: %w", interval, fi.ETIMEDOUT)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		a.mu.Lock()
+		close(done)
+		a.mu.Unlock()
+	}()
+	h.probe = done
 	return nil
 }

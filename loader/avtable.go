@@ -66,11 +66,11 @@ func (d *Objects) SetAVTable(id uint32, m *ebpf.Map) error {
 		if err := m.Pin(tmp); err != nil {
 			return fmt.Errorf("pin AV table: %w", err)
 		}
-		if st, err := os.Stat(filepath.Join(d.cfg.PinRoot, "maps", bpf.MapAVTab)); err == nil {
-			if sys, ok := st.Sys().(*unix.Stat_t); ok {
-				_ = os.Chown(tmp, -1, int(sys.Gid))
-			}
-			_ = os.Chmod(tmp, st.Mode().Perm())
+		// The table's pin is shared as the other pins are (ShareWithGroup).
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(d.cfg.PinRoot, "maps", bpf.MapAVTab), &st); err == nil {
+			_ = os.Chown(tmp, -1, int(st.Gid))
+			_ = os.Chmod(tmp, os.FileMode(st.Mode&0o777))
 		}
 		if err := os.Rename(tmp, path); err != nil {
 			_ = m.Unpin()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
@@ -67,11 +68,16 @@ type Objects struct {
 
 	cfg    Config
 	pinned bool
-	mu     sync.Mutex // serialises users of lockDir within the process
+	mu     sync.Mutex // serialises users of lockFile within the process
 	// unlockFn is Lock's result, made once (guarded by mu).
 	unlockFn func()
-	lockDir  *os.File // the pin root, flock'ed for cross-process changes
-	pool     int      // AV entries reserved by this process, unused (capacity.go)
+	// lockFile is the writers' lock (lock.go), flock'ed for cross-process
+	// changes; nil where this process may not take it.
+	lockFile *os.File
+	// Callers of Lock waiting, and the times it was taken: LockProgress.
+	lockWaiters atomic.Int32
+	lockTaken   atomic.Uint64
+	pool        int // AV entries reserved by this process, unused (capacity.go)
 	// recorded is what this process's xdpfab_avpool record says (never
 	// below pool).
 	recorded int
@@ -166,8 +172,8 @@ func Load(cfg Config) (*Objects, error) {
 			}
 		}
 		d.pinned = true
-		if d.lockDir, err = os.Open(cfg.PinRoot); err != nil {
-			return nil, fmt.Errorf("open pin root %s: %w", cfg.PinRoot, err)
+		if d.lockFile, err = openWriterLock(cfg.PinRoot); err != nil {
+			return nil, fmt.Errorf("load xdpfab dataplane: %w", err)
 		}
 	} else {
 		for _, ms := range spec.Maps {
@@ -265,13 +271,6 @@ func (d *Objects) Close() error {
 	return errors.Join(errs...)
 }
 
-func (d *Objects) closeLock() {
-	if d.lockDir != nil {
-		d.lockDir.Close()
-		d.lockDir = nil
-	}
-}
-
 // Unpin removes the pinned maps (not links: see Detach). Processes holding
 // the maps keep them until they close. An unpinned, nil or zero Objects
 // has nothing to unpin: nil.
@@ -292,36 +291,6 @@ func (d *Objects) Unpin() error {
 	}
 	_ = os.Remove(filepath.Join(d.cfg.PinRoot, "maps"))
 	return errors.Join(errs...)
-}
-
-// Lock serialises changes to the shared maps: across goroutines always,
-// and across processes (flock on the pin root) when pinned. Callers hold it
-// for a read-modify-write of AV state and release it with the returned func.
-// A nil Objects has nothing to lock: its unlock does nothing.
-func (d *Objects) Lock() (unlock func()) {
-	if d == nil {
-		return func() {}
-	}
-	d.mu.Lock()
-	if d.lockDir != nil {
-		for {
-			err := unix.Flock(int(d.lockDir.Fd()), unix.LOCK_EX)
-			if err != unix.EINTR {
-				break
-			}
-		}
-	}
-	if d.unlockFn == nil {
-		d.unlockFn = d.unlock // one method value, not a closure per call
-	}
-	return d.unlockFn
-}
-
-func (d *Objects) unlock() {
-	if d.lockDir != nil {
-		_ = unix.Flock(int(d.lockDir.Fd()), unix.LOCK_UN)
-	}
-	d.mu.Unlock()
 }
 
 // Counters returns the program's counters summed over CPUs and

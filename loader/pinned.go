@@ -16,7 +16,9 @@ import (
 // and without loading or attaching anything: what an unprivileged
 // application needs to read named AVs and counters. It needs read access
 // to the pins (see ShareWithGroup), no capability. The XSKMAP is not
-// opened, and the returned Objects has no Program.
+// opened, and the returned Objects has no Program. Its Lock takes the
+// writers' lock only where this process may open it (root, the pins'
+// owner); an application of the group reads without it, as FromFDs does.
 func OpenPinned(pinRoot string) (*Objects, error) {
 	if err := checkOS(); err != nil {
 		return nil, err
@@ -43,16 +45,15 @@ func OpenPinned(pinRoot string) (*Objects, error) {
 		}
 	}
 	d.readLimits()
-	if d.lockDir, err = os.Open(pinRoot); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("loader: open pin root %s: %w", pinRoot, err)
-	}
+	d.lockFile = openReaderLock(pinRoot)
 	return d, nil
 }
 
-// ShareWithGroup lets members of group gid read the pinned maps (and take
-// the pin root's lock), so that unprivileged applications of that group
-// can use OpenPinned. Links and the XSKMAP stay root's.
+// ShareWithGroup lets members of group gid read the pinned maps, so that
+// unprivileged applications of that group can use OpenPinned. Links, the
+// XSKMAP and the writers' lock (LockPath) stay the owner's: members may
+// open the pin root and maps/, which no one locks, but never the lock the
+// writers wait for (lock.go).
 func (d *Objects) ShareWithGroup(gid int) error {
 	if err := d.loaded("loader: share pins"); err != nil {
 		return err
