@@ -83,6 +83,8 @@ type Agent struct {
 	nconns   int                // open connections, guarded by mu
 	usage    map[uint32]*usage  // per uid, guarded by mu
 	local    localState         // same-host channels (localops.go)
+	fails    failLimiter        // failure lines per uid (logsafe.go)
+	neighs   neighState         // neighbour entries made for callers (neighops.go)
 
 	qmu sync.Mutex // serialises endpoint opens' queue arbitration
 	// entryMu guards entryLocks: per owner uid, a lock each insert into
@@ -297,7 +299,7 @@ func (a *Agent) close(detach bool) error {
 	}
 	a.mu.Lock()
 	for c := range a.clients {
-		c.c.Close()
+		closeConn(c.c) // whatever a client left in it, closed in the background
 	}
 	a.mu.Unlock()
 	a.serving.Wait() // their endpoints are released before the maps go
@@ -340,6 +342,15 @@ func (a *Agent) listen() error {
 	}
 	ln.SetUnlinkOnClose(false)
 	a.ln = ln
+	// Clients send no descriptors: the kernel refuses them for every
+	// connection from here on, where it can (closer.go).
+	if raw, err := ln.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) {
+			if !refuseRights(int(fd)) {
+				a.log.Debug("the kernel cannot refuse descriptors (SO_PASSRIGHTS, Linux 6.16); those clients send are closed in the background")
+			}
+		})
+	}
 	if a.sockStat, err = os.Lstat(path); err != nil {
 		return fmt.Errorf("agent: socket %s: %w", path, err)
 	}
@@ -376,7 +387,8 @@ func lookupGroup(g string) (int, error) {
 	return strconv.Atoi(grp.Gid)
 }
 
-// gcLoop periodically releases what dead processes left behind.
+// gcLoop periodically releases what dead processes left behind, and
+// reports the failure lines it held back meanwhile.
 func (a *Agent) gcLoop(ctx context.Context) {
 	every := a.cfg.GCInterval
 	if every <= 0 {
@@ -390,6 +402,8 @@ func (a *Agent) gcLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			a.gc()
+			a.sweepNeighbors()   // neighops.go
+			a.reportSuppressed() // failure lines held back (logsafe.go)
 		}
 	}
 }

@@ -26,7 +26,12 @@ import (
 //
 // followed by what the operation was about, as counts rather than every
 // address (av, addrs, inserted, failed, iface, local, id, ...). Enum values
-// are logged by name.
+// are logged by name. A string the client chose is logged cut to
+// ctl.MaxQuoted bytes and escaped (clean), err to ctl.MaxErrorText.
+// Refusals and failures are written within the caller's uid's share of
+// failure lines (logFailure): beyond it they are counted, and the count
+// is reported as suppressed, on the uid's next line written or in a
+// "failure lines suppressed" line.
 
 // auditRec collects the attributes one operation reports.
 type auditRec struct {
@@ -36,14 +41,18 @@ type auditRec struct {
 
 func (r *auditRec) add(kv ...any) { r.attrs = append(r.attrs, kv...) }
 
-// audit writes one audit line.
+// audit writes one audit line. A refusal or failure that a client caused
+// is written within its uid's share of failure lines (logFailure): a
+// client flooding the agent with requests it refuses gets a few lines a
+// second and a count of the rest, and every other caller's lines as
+// before. Changes that took place are always written.
 func (a *Agent) audit(who caller, op string, err error, rec *auditRec) {
 	attrs := []any{"op", op, "uid", who.uid, "pid", who.pid}
 	level := slog.LevelInfo
 	switch {
 	case err != nil:
 		level = slog.LevelWarn
-		attrs = append(attrs, "result", fi.Code(err).Name(), "err", err.Error())
+		attrs = append(attrs, "result", fi.Code(err).Name(), "err", ctl.ClipText(err.Error(), ctl.MaxErrorText))
 	case rec != nil && rec.partial != 0:
 		level = slog.LevelWarn
 		attrs = append(attrs, "result", "partial", "first_errno", rec.partial.Name())
@@ -55,6 +64,10 @@ func (a *Agent) audit(who caller, op string, err error, rec *auditRec) {
 	}
 	if rec != nil {
 		attrs = append(attrs, rec.attrs...)
+	}
+	if err != nil {
+		a.logFailure(who, "audit", attrs...)
+		return
 	}
 	a.log.Log(context.Background(), level, "audit", attrs...)
 }

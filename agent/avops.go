@@ -16,8 +16,10 @@ import (
 // namedAV returns the agent's handle on the named AV, opening it (it must
 // exist unless create).
 func (a *Agent) namedAV(name string) (*av.AV, error) {
-	if name == "" {
-		return nil, fmt.Errorf("no AV name: %w", fi.EINVAL)
+	// A name that cannot be an AV's is refused before it is looked for
+	// (or quoted in an error: ValidName quotes only names of valid length).
+	if err := av.ValidName(name); err != nil {
+		return nil, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -46,6 +48,9 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 // meta, so it survives agent restarts; an AV made by a process outside the
 // agent belongs to that process's uid.
 func (a *Agent) mayWriteAV(who caller, what, name string) error {
+	if err := av.ValidName(name); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	if a.admin(who) {
 		return nil
 	}
@@ -57,6 +62,30 @@ func (a *Agent) mayWriteAV(who caller, what, name string) error {
 		return nil
 	}
 	return fmt.Errorf("%s %q: uid %d is neither its owner (uid %d) nor in its group: %w", what, name, who.uid, o.UID, fi.EACCES)
+}
+
+// mayReopen refuses av create of the named AV, which exists, to a caller
+// that may not change it: creating a name another uid holds is EEXIST
+// (naming the owner), not an opening of the other's AV, which the caller
+// would bind endpoints to and its owner would control. Whoever may change
+// it (its owner, its group, admins) opens it as fi_av_open does. Reading
+// needs no create: every group member may read every AV (av lookup and
+// list, client.OpenAV, fi_av_open with FI_READ).
+func (a *Agent) mayReopen(who caller, name string) error {
+	err := a.mayWriteAV(who, "av create", name)
+	if !errors.Is(err, fi.EACCES) {
+		return err
+	}
+	o, oerr := av.OwnerOf(a.dp, name)
+	if oerr != nil {
+		return fmt.Errorf("av create: %w", oerr)
+	}
+	group := "no group"
+	if o.Group != av.NoGroup {
+		group = fmt.Sprintf("group %d", o.Group)
+	}
+	return fmt.Errorf("av create %q: exists, owned by uid %d (%s); uid %d may read it (av lookup, av list, client.OpenAV) but not change it: choose another name: %w",
+		name, o.UID, group, who.uid, fi.EEXIST)
 }
 
 // ownedNames lists the named AVs uid owns, from their pinned meta.
@@ -119,18 +148,21 @@ func (a *Agent) avGroup(who caller, group string) (uint32, error) {
 	if group == "" {
 		return av.NoGroup, nil
 	}
+	if len(group) > ctl.MaxQuoted { // no group name is that long: not looked up
+		return 0, fmt.Errorf("av create: group name of %d bytes: %w", len(group), fi.EINVAL)
+	}
 	gid, err := lookupGroup(group)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("av create: group %s: no such group: %w", quote(group), fi.EINVAL)
 	}
 	if gid < 0 || uint32(gid) == av.NoGroup || !a.admin(who) && !who.inGroup(uint32(gid)) {
-		return 0, fmt.Errorf("av create: group %s: uid %d is not a member: %w", group, who.uid, fi.EACCES)
+		return 0, fmt.Errorf("av create: group %s: uid %d is not a member: %w", quote(group), who.uid, fi.EACCES)
 	}
 	return uint32(gid), nil
 }
 
 func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.AVInfo, error) {
-	rec.add("av", args.Name, "type", cmpOr(args.Type, "any"), "user_id", args.UserID, "group", args.Group, "count", args.Count)
+	rec.add("av", clean(args.Name), "type", clean(cmpOr(args.Type, "any")), "user_id", args.UserID, "group", clean(args.Group), "count", args.Count)
 	if err := av.ValidName(args.Name); err != nil {
 		return ctl.AVInfo{}, fmt.Errorf("av create: %w", err)
 	}
@@ -146,28 +178,16 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.
 	case "map":
 		attr.Type = av.TypeMap
 	default:
-		return ctl.AVInfo{}, fmt.Errorf("av create: AV type %q: want table or map: %w", args.Type, fi.EINVAL)
+		return ctl.AVInfo{}, fmt.Errorf("av create: AV type %s: want table or map: %w", quote(args.Type), fi.EINVAL)
 	}
 	if args.UserID {
 		attr.Flags |= fi.AVUserID
 	}
-	// An AV that exists is opened, as fi_av_open opens a named AV: the
-	// caller must ask for the shape it has (a type, if any, FI_AV_USER_ID,
-	// rx_ctx_bits), else EINVAL naming what it is. Opening changes
-	// nothing, so anyone may.
 	a.mu.Lock()
 	exists := a.avs[args.Name] != nil || av.Exists(a.dp, args.Name)
 	a.mu.Unlock()
 	if exists {
-		v, err := a.namedAV(args.Name)
-		if err != nil {
-			return ctl.AVInfo{}, fmt.Errorf("av create: %w", err)
-		}
-		if err := sameShape(args.Name, v.Attr(), attr); err != nil {
-			return ctl.AVInfo{}, err
-		}
-		rec.add("created", false)
-		return a.avInfo(args.Name)
+		return a.avReopen(who, attr, rec)
 	}
 	gid, err := a.avGroup(who, args.Group)
 	if err != nil {
@@ -182,25 +202,45 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.
 		attr.Count = q
 	}
 	a.mu.Lock()
-	created := false
-	if a.avs[args.Name] == nil {
-		// Creating one counts against the caller's quota.
-		exists := av.Exists(a.dp, args.Name)
-		if !exists && !who.root() && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID {
-			a.mu.Unlock()
-			return ctl.AVInfo{}, fmt.Errorf("av create %q: uid %d owns %d AVs, its quota: %w", args.Name, who.uid, a.ownedBy(who.uid), fi.EDQUOT)
-		}
-		v, err := av.Open(a.dp, &attr)
-		if err != nil {
-			a.mu.Unlock()
-			return ctl.AVInfo{}, fmt.Errorf("av create %q: %w", args.Name, err)
-		}
-		a.avs[args.Name] = v
-		created = !exists
+	if a.avs[args.Name] != nil || av.Exists(a.dp, args.Name) {
+		// Made meanwhile by another request: as if it had been there.
+		a.mu.Unlock()
+		attr.Owner, attr.Count = nil, args.Count
+		return a.avReopen(who, attr, rec)
 	}
+	// Creating one counts against the caller's quota.
+	if !who.root() && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID {
+		a.mu.Unlock()
+		return ctl.AVInfo{}, fmt.Errorf("av create %q: uid %d owns %d AVs, its quota: %w", args.Name, who.uid, a.ownedBy(who.uid), fi.EDQUOT)
+	}
+	v, err := av.Open(a.dp, &attr)
+	if err != nil {
+		a.mu.Unlock()
+		return ctl.AVInfo{}, fmt.Errorf("av create %q: %w", args.Name, err)
+	}
+	a.avs[args.Name] = v
 	a.mu.Unlock()
-	rec.add("created", created)
+	rec.add("created", true)
 	return a.avInfo(args.Name)
+}
+
+// avReopen is av create of an AV that exists: opened, as fi_av_open opens
+// a named AV, for a caller that may change it (mayReopen), which must ask
+// for the shape it has (a type, if any, FI_AV_USER_ID, rx_ctx_bits), else
+// EINVAL naming what it is. Opening changes nothing.
+func (a *Agent) avReopen(who caller, attr av.Attr, rec *auditRec) (ctl.AVInfo, error) {
+	if err := a.mayReopen(who, attr.Name); err != nil {
+		return ctl.AVInfo{}, err
+	}
+	v, err := a.namedAV(attr.Name)
+	if err != nil {
+		return ctl.AVInfo{}, fmt.Errorf("av create: %w", err)
+	}
+	if err := sameShape(attr.Name, v.Attr(), attr); err != nil {
+		return ctl.AVInfo{}, err
+	}
+	rec.add("created", false)
+	return a.avInfo(attr.Name)
 }
 
 // sameShape refuses opening the named AV, which has the attributes have,

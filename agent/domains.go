@@ -59,8 +59,8 @@ func (a *Agent) domainName(who caller, want string) (string, error) {
 	}
 	g, ok := strings.CutPrefix(want, "group:")
 	if !ok || !slices.Contains(a.cfg.ShareGroups, g) {
-		return "", fmt.Errorf("ep open: sharing domain %q: want \"\" (the caller's uid), or group:NAME for a group the operator declared (--share-group %v): %w",
-			want, a.cfg.ShareGroups, fi.EINVAL)
+		return "", fmt.Errorf("ep open: sharing domain %s: want \"\" (the caller's uid), or group:NAME for a group the operator declared (--share-group %v): %w",
+			quote(want), a.cfg.ShareGroups, fi.EINVAL)
 	}
 	gid, err := lookupGroup(g)
 	if err != nil {

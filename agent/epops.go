@@ -6,7 +6,6 @@ import (
 	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netlink"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -32,7 +31,7 @@ type clientEP struct {
 func (a *Agent) checkEPOpen(args ctl.EPOpenArgs) (netip.AddrPort, error) {
 	local, err := netip.ParseAddrPort(args.Local)
 	if err != nil || local.Addr().Zone() != "" {
-		return local, fmt.Errorf("ep open: local address %q: want ADDR:PORT: %w", args.Local, fi.EINVAL)
+		return local, fmt.Errorf("ep open: local address %s: want ADDR:PORT: %w", quote(args.Local), fi.EINVAL)
 	}
 	l := a.cfg.Limits
 	switch {
@@ -48,11 +47,11 @@ func (a *Agent) checkEPOpen(args ctl.EPOpenArgs) (netip.AddrPort, error) {
 	case args.Queues < 0 || args.Queues > ep.MaxQueues || args.FirstQueue < 0 || args.FirstQueue >= ep.MaxQueues:
 		return local, fmt.Errorf("ep open: queues %d+%d, at most %d: %w", args.FirstQueue, args.Queues, ep.MaxQueues, fi.EINVAL)
 	case args.Private && args.Domain != "":
-		return local, fmt.Errorf("ep open: a private endpoint is in no sharing domain (domain %q): %w", args.Domain, fi.EINVAL)
+		return local, fmt.Errorf("ep open: a private endpoint is in no sharing domain (domain %s): %w", quote(args.Domain), fi.EINVAL)
 	}
 	if !a.attachedTo(args.Iface) {
-		return local, fmt.Errorf("ep open: the agent serves no interface %q (it attached to %v): %w",
-			args.Iface, a.cfg.Ifaces, fi.ENODEV)
+		return local, fmt.Errorf("ep open: the agent serves no interface %s (it attached to %v): %w",
+			quote(args.Iface), a.cfg.Ifaces, fi.ENODEV)
 	}
 	return local, nil
 }
@@ -122,7 +121,7 @@ func (a *Agent) releaseUMEM(uid uint32, umem int64) {
 // epOpen prepares an endpoint for the client and hands its descriptors
 // over; the connection owns it from then on.
 func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOpenResult, _ []int, err error) {
-	rec.add("iface", args.Iface, "local", args.Local, "av", args.AV, "rx_contexts", args.RxContexts, "queues", args.Queues, "frames", args.Frames)
+	rec.add("iface", clean(args.Iface), "local", clean(args.Local), "av", clean(args.AV), "rx_contexts", args.RxContexts, "queues", args.Queues, "frames", args.Frames)
 	local, err := a.checkEPOpen(args)
 	if err != nil {
 		return ctl.EPOpenResult{}, nil, err
@@ -312,36 +311,6 @@ func (a *Agent) releaseHold(e *clientEP) {
 		a.unhold(e.ifindex, e.hold)
 		a.qmu.Unlock()
 	}
-}
-
-// neighUse makes the kernel resolve (or re-verify) a next hop for an
-// application's endpoint, which may not send NTF_USE itself.
-// Only a client with an endpoint on the interface may ask, and only for a
-// unicast address: the agent does not resolve arbitrary neighbours for
-// anyone who can connect.
-func (a *Agent) neighUse(cn *conn, args ctl.NeighUseArgs) error {
-	if !args.IP.IsValid() || args.IP.IsUnspecified() || args.IP.IsMulticast() || args.IP.IsLoopback() ||
-		args.IP.Unmap().Is4() && args.IP.Unmap() == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return fmt.Errorf("neigh use: address %v: %w", args.IP, fi.EINVAL)
-	}
-	cn.mu.Lock()
-	mine := false
-	for _, e := range cn.eps {
-		mine = mine || e.ifindex == args.Ifindex
-	}
-	cn.mu.Unlock()
-	if !mine {
-		return fmt.Errorf("neigh use: this connection has no endpoint on ifindex %d: %w", args.Ifindex, fi.EACCES)
-	}
-	family := netlink.FAMILY_V4
-	if !args.IP.Unmap().Is4() {
-		family = netlink.FAMILY_V6
-	}
-	err := netlink.NeighSet(&netlink.Neigh{LinkIndex: args.Ifindex, Family: family, IP: args.IP.AsSlice(), Flags: netlink.NTF_USE})
-	if err != nil {
-		return fmt.Errorf("neigh use %v on ifindex %d: %w", args.IP, args.Ifindex, err)
-	}
-	return nil
 }
 
 var (

@@ -35,6 +35,12 @@ type Limits struct {
 	// them explicitly; a port the kernel has a socket bound to is always
 	// refused (EADDRINUSE).
 	Ports PortRange
+	// Neighbors bounds the neighbour entries the agent made the kernel
+	// create for applications (neigh.use) that no host answered for yet,
+	// NeighborsPerUID those of one uid, which also creates at most a
+	// quarter of them a second. Zero: half and an eighth of the kernel's
+	// limit (gc_thresh3, 1024 by default), a table all namespaces share.
+	Neighbors, NeighborsPerUID int
 	// DomainSlots, DomainRxFrames and DomainTxFrames size every sharing
 	// domain the agent makes: endpoints at most, the receive pool they
 	// share, the frames each transmits with (ep.DomainConfig).
@@ -84,6 +90,11 @@ func (l *Limits) defaults() {
 	if l.Ports == (PortRange{}) {
 		l.Ports = d.Ports
 	}
+	if l.Neighbors == 0 || l.NeighborsPerUID == 0 {
+		t := gcThresh3()
+		set(&l.Neighbors, max(1, t/2))
+		set(&l.NeighborsPerUID, max(1, t/8))
+	}
 }
 
 // validate refuses limits that make no sense.
@@ -92,7 +103,8 @@ func (l *Limits) validate() error {
 		"endpoints per uid": int64(l.EndpointsPerUID), "UMEM bytes per uid": l.UMEMBytesPerUID,
 		"frames": int64(l.Frames), "ring size": int64(l.RingSize), "receive contexts": int64(l.RxContexts),
 		"AVs per uid": int64(l.AVsPerUID), "entries per uid": int64(l.EntriesPerUID), "AV count": int64(l.AVCount),
-		"domain slots": int64(l.DomainSlots), "domain rx frames": int64(l.DomainRxFrames), "domain tx frames": int64(l.DomainTxFrames)} {
+		"domain slots": int64(l.DomainSlots), "domain rx frames": int64(l.DomainRxFrames), "domain tx frames": int64(l.DomainTxFrames),
+		"neighbors": int64(l.Neighbors), "neighbors per uid": int64(l.NeighborsPerUID)} {
 		if v < 0 {
 			return fmt.Errorf("agent: limit %s is negative (%d): %w", name, v, fi.EINVAL)
 		}

@@ -136,10 +136,10 @@ func (a *Agent) localAttach(cn *conn, args ctl.LocalEPArgs, rec *auditRec) (ctl.
 // localConnect sets up (or returns again) the channel from endpoint id of
 // cn to the endpoint of the node that receives datagrams to dest.
 func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec) (ep.LocalChannelInfo, []int, error) {
-	rec.add("id", args.ID, "dest", args.Dest)
+	rec.add("id", args.ID, "dest", clean(args.Dest))
 	dest, err := netip.ParseAddrPort(args.Dest)
 	if err != nil || dest.Addr().Zone() != "" || dest.Addr().IsUnspecified() || dest.Port() == 0 {
-		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: destination %q: want ADDR:PORT: %w", args.Dest, fi.EINVAL)
+		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: destination %s: want ADDR:PORT: %w", quote(args.Dest), fi.EINVAL)
 	}
 	dest = netip.AddrPortFrom(dest.Addr().Unmap(), dest.Port())
 	local, maxMsg, err := a.localEndpoint(cn, args.ID, "local connect")

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/xdpfab/xdpfab/ctl"
@@ -17,8 +19,9 @@ import (
 
 // conn is one client connection and what it owns.
 type conn struct {
-	c   *net.UnixConn
-	who caller
+	c      *net.UnixConn
+	who    caller
+	sndbuf int // the socket's send buffer as accepted (SO_SNDBUF), 0 if unknown
 
 	mu  sync.Mutex
 	eps []*clientEP // endpoints to release when the connection ends
@@ -54,13 +57,18 @@ func (a *Agent) accept() error {
 		if raw, err := c.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
 				cn.who, credErr = credentials(int(fd))
-				// Room for a whole reply (an AV listing page, say): a
-				// SEQPACKET message must fit the sender's buffer. Without
-				// CAP_NET_ADMIN this fails and large replies get EMSGSIZE.
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*ctl.MaxMessage)
+				// The send buffer stays the system's default: a reply
+				// larger than it gets room for itself alone (sendReply),
+				// so a client that reads no replies pins no more of the
+				// kernel's memory than its own sockets could.
+				cn.sndbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+				refuseRights(int(fd)) // inherited from the listener where the kernel has it
 			})
 		} else {
 			credErr = err
+		}
+		if credErr != nil {
+			cn.who = caller{uid: unknownUID, gid: unknownUID}
 		}
 		if err := a.admit(cn, credErr); err != nil {
 			a.audit(cn.who, "connect", err, nil)
@@ -86,7 +94,7 @@ func (a *Agent) serve(cn *conn) {
 	log.Debug("client connected")
 	defer func() {
 		a.releaseClient(cn)
-		cn.c.Close()
+		closeConn(cn.c)
 		a.mu.Lock()
 		delete(a.clients, cn)
 		a.nconns--
@@ -98,13 +106,25 @@ func (a *Agent) serve(cn *conn) {
 	greeted := false
 	for {
 		var req ctl.Request
-		fds, err := ctl.ReadMsg(cn.c, &req)
-		closeFDs(fds) // clients send none
+		fds, err := ctl.ReadMsgKeepFDs(cn.c, &req)
+		if len(fds) > 0 {
+			// Clients send none (and the kernel refuses them where it
+			// can): closed in the background, the request refused.
+			strays.add(fds)
+			if err == nil {
+				a.logFailure(cn.who, "client attached descriptors", "uid", cn.who.uid, "pid", cn.who.pid, "op", clean(req.Op), "fds", len(fds))
+				err = fmt.Errorf("%s: %d descriptors attached; the agent takes none: %w", quote(req.Op), len(fds), fi.EINVAL)
+				if a.reply(cn, req.Op, ctl.ErrorResponse(req.ID, err), nil) != nil {
+					return
+				}
+				continue
+			}
+		}
 		if err != nil {
 			if errors.Is(err, fi.EINVAL) || errors.Is(err, fi.EMSGSIZE) {
 				// A message the agent cannot read: answer, keep the
 				// connection (it is still in step: one message, one reply).
-				if a.reply(cn, log, "", ctl.ErrorResponse(0, err), nil) != nil {
+				if a.reply(cn, "", ctl.ErrorResponse(0, err), nil) != nil {
 					return
 				}
 				continue
@@ -115,19 +135,19 @@ func (a *Agent) serve(cn *conn) {
 			return // closed, or the peer went away
 		}
 		if !greeted {
-			if err := a.hello(&req, log); err != nil {
-				a.reply(cn, log, req.Op, ctl.ErrorResponse(req.ID, err), nil)
+			if err := a.hello(cn.who, &req); err != nil {
+				a.reply(cn, req.Op, ctl.ErrorResponse(req.ID, err), nil)
 				return
 			}
 			greeted = true
 			res, _ := json.Marshal(ctl.HelloResult{Version: ctl.Version, Agent: buildVersion()})
-			if a.reply(cn, log, req.Op, &ctl.Response{ID: req.ID, Result: res}, nil) != nil {
+			if a.reply(cn, req.Op, &ctl.Response{ID: req.ID, Result: res}, nil) != nil {
 				return
 			}
 			continue
 		}
 		resp, outFDs := a.dispatch(cn, &req, log)
-		err = a.reply(cn, log, req.Op, resp, outFDs)
+		err = a.reply(cn, req.Op, resp, outFDs)
 		if f := cn.afterReply; f != nil {
 			cn.afterReply = nil
 			f()
@@ -151,9 +171,9 @@ func acceptAgain(err error) bool {
 }
 
 // hello checks a connection's first request: the handshake.
-func (a *Agent) hello(req *ctl.Request, log *slog.Logger) error {
+func (a *Agent) hello(who caller, req *ctl.Request) error {
 	if req.Op != ctl.OpHello.Name() {
-		log.Warn("client skipped the handshake", "op", req.Op)
+		a.logFailure(who, "client skipped the handshake", "uid", who.uid, "pid", who.pid, "op", clean(req.Op))
 		return fmt.Errorf("the first request must be %q with the protocol version (this agent speaks version %d); the client predates it: %w",
 			ctl.OpHello.Name(), ctl.Version, fi.ENOPROTOOPT)
 	}
@@ -162,23 +182,101 @@ func (a *Agent) hello(req *ctl.Request, log *slog.Logger) error {
 		return fmt.Errorf("%s: %w", req.Op, err)
 	}
 	if err := ctl.CheckVersion("client", h.Version); err != nil {
-		log.Warn("client of another protocol version refused", "client_version", h.Version, "client", h.Client)
+		a.logFailure(who, "client of another protocol version refused", "uid", who.uid, "pid", who.pid,
+			"client_version", h.Version, "client", clean(h.Client))
 		return err
 	}
 	return nil
 }
 
+// replyTimeout bounds how long one reply may wait for room in the
+// connection's socket. A client waits for each answer before it asks
+// again, so its replies never wait; one that sends requests and reads no
+// answers stalls, and its connection is ended.
+var replyTimeout = 5 * time.Second
+
 // reply sends one response. A response too large for one message is
-// replaced by an EMSGSIZE error, never a dropped connection.
-func (a *Agent) reply(cn *conn, log *slog.Logger, op string, resp *ctl.Response, fds []int) error {
-	err := ctl.WriteMsg(cn.c, resp, fds)
+// replaced by an EMSGSIZE error, never a dropped connection. An error
+// ends the connection.
+func (a *Agent) reply(cn *conn, op string, resp *ctl.Response, fds []int) error {
+	b, err := ctl.EncodeMsg(resp)
+	if err == nil {
+		err = a.sendReply(cn, b, fds)
+	}
 	if errors.Is(err, fi.EMSGSIZE) {
-		err = ctl.WriteMsg(cn.c, ctl.ErrorResponse(resp.ID, err), nil)
+		// Larger than a message, or than the send buffer the agent could
+		// get: the client hears why.
+		err = a.sendReply(cn, mustEncode(ctl.ErrorResponse(resp.ID, err)), nil)
 	}
 	if err != nil {
-		log.Warn("reply", "op", op, "err", err)
+		a.logFailure(cn.who, "reply", "uid", cn.who.uid, "pid", cn.who.pid, "op", clean(op), "err", ctl.ClipText(err.Error(), ctl.MaxErrorText))
 	}
 	return err
+}
+
+func mustEncode(r *ctl.Response) []byte {
+	b, err := ctl.EncodeMsg(r)
+	if err != nil {
+		panic(err) // an error response always encodes
+	}
+	return b
+}
+
+// sendReply writes one encoded reply within replyTimeout. A reply larger
+// than the socket's send buffer (an AV listing page, a status with many
+// AVs) must fit it whole, SEQPACKET being what it is: the buffer is raised
+// to hold it for its own write, and only once the client has read every
+// earlier reply (none is queued), so that a client that reads nothing
+// holds at most one such reply and a default buffer's worth in the kernel,
+// not a raised buffer per connection. Without CAP_NET_ADMIN the raise may
+// fall short and the reply is EMSGSIZE.
+func (a *Agent) sendReply(cn *conn, b []byte, fds []int) error {
+	deadline := time.Now().Add(replyTimeout)
+	cn.c.SetWriteDeadline(deadline)
+	// 32 bytes of every message's buffer are the kernel's; a page more
+	// covers the descriptors' control data.
+	if need := len(b) + 4096; cn.sndbuf > 0 && need > cn.sndbuf {
+		raw, err := cn.c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		if err := drained(raw, deadline); err != nil {
+			return err
+		}
+		setSndbuf(raw, need)
+		defer setSndbuf(raw, cn.sndbuf)
+	}
+	err := ctl.WriteEncoded(cn.c, b, fds)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("the client reads no replies (none read within %v): %w", replyTimeout, fi.ETIMEDOUT)
+	}
+	return err
+}
+
+// drained waits, until deadline, for the socket to hold no unread reply
+// (SIOCOUTQ: the bytes it sent that its peer has not read).
+func drained(raw syscall.RawConn, deadline time.Time) error {
+	for {
+		queued := -1
+		raw.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) })
+		if queued <= 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the client reads no replies (%d bytes unread for %v): %w", queued, replyTimeout, fi.ETIMEDOUT)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// setSndbuf sets the socket's send buffer to n bytes (the kernel doubles
+// what it is given, and reports the doubled value).
+func setSndbuf(raw syscall.RawConn, n int) {
+	raw.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n/2) != nil {
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, n/2)
+		}
+	})
 }
 
 // refusing bounds the connections being refused at once.
@@ -193,16 +291,16 @@ func (a *Agent) refuse(c *net.UnixConn, err error) {
 	select {
 	case refusing <- struct{}{}:
 	default:
-		c.Close()
+		closeConn(c)
 		return
 	}
 	go func() {
 		defer func() { <-refusing }()
-		defer c.Close()
+		defer closeConn(c)
 		c.SetDeadline(time.Now().Add(2 * time.Second))
 		var req ctl.Request
-		fds, rerr := ctl.ReadMsg(c, &req)
-		closeFDs(fds)
+		fds, rerr := ctl.ReadMsgKeepFDs(c, &req)
+		strays.add(fds) // never closed here: a close can wait (closer.go)
 		if rerr == nil {
 			ctl.WriteMsg(c, ctl.ErrorResponse(req.ID, err), nil)
 		}
@@ -255,7 +353,7 @@ func closeFDs(fds []int) {
 func (a *Agent) dispatch(cn *conn, req *ctl.Request, log *slog.Logger) (*ctl.Response, []int) {
 	h, ok := a.handlers[req.Op]
 	if !ok {
-		return ctl.ErrorResponse(req.ID, fmt.Errorf("unknown operation %q: %w", req.Op, fi.ENOSYS)), nil
+		return ctl.ErrorResponse(req.ID, fmt.Errorf("unknown operation %s: %w", quote(req.Op), fi.ENOSYS)), nil
 	}
 	result, fds, err := h(cn, req.Args)
 	if err == nil {
@@ -266,7 +364,7 @@ func (a *Agent) dispatch(cn *conn, req *ctl.Request, log *slog.Logger) (*ctl.Res
 		// The descriptors stay the handler's (see handler): not closed.
 		err = fmt.Errorf("%s: encode result: %v: %w", req.Op, err, fi.EIO)
 	}
-	log.Debug("request failed", "op", req.Op, "err", err)
+	log.Debug("request failed", "op", clean(req.Op), "err", ctl.ClipText(err.Error(), ctl.MaxErrorText))
 	return ctl.ErrorResponse(req.ID, err), nil
 }
 
@@ -300,7 +398,7 @@ func plain[A, R any](op ctl.Op[A, R], f func(args A) (R, error)) (string, handle
 // name: the caller must be allowed to write it (mayWriteAV).
 func writeAV[A, R any](a *Agent, what string, name func(A) string, f func(A, *auditRec) (R, error)) func(*conn, A, *auditRec) (R, []int, error) {
 	return func(cn *conn, args A, rec *auditRec) (R, []int, error) {
-		rec.add("av", name(args))
+		rec.add("av", clean(name(args)))
 		if err := a.mayWriteAV(cn.who, what, name(args)); err != nil {
 			var zero R
 			return zero, nil, err
@@ -322,8 +420,8 @@ func (a *Agent) handlerTable() map[string]handler {
 	add(plain(ctl.OpStatus, func(ctl.None) (ctl.Status, error) { return a.status(true) }))
 	add(plain(ctl.OpStats, func(ctl.None) (map[string]uint64, error) { return a.stats() }))
 	add(audited(a, ctl.OpDetach, func(cn *conn, args ctl.DetachArgs, rec *auditRec) (ctl.None, []int, error) {
-		rec.add("iface", args.Iface)
-		if err := a.requireAdmin(cn.who, "detach "+args.Iface); err != nil {
+		rec.add("iface", clean(args.Iface))
+		if err := a.requireAdmin(cn.who, "detach "+quote(args.Iface)); err != nil {
 			return ctl.None{}, nil, err
 		}
 		return ctl.None{}, nil, a.detach(args.Iface)

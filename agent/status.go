@@ -119,7 +119,7 @@ func (a *Agent) detach(iface string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("detach %s: the agent has no program there: %w", iface, fi.ENOENT)
+	return fmt.Errorf("detach %s: the agent has no program there: %w", quote(iface), fi.ENOENT)
 }
 
 // attachments copies the attachment list.

@@ -8,9 +8,16 @@
 // and is answered by exactly one message, in order. A message is a JSON
 // document (a Request or a Response) of at most MaxMessage bytes; file
 // descriptors (AF_XDP sockets, UMEM memory, read-only map handles) travel
-// beside it as SCM_RIGHTS, at most MaxFDs per message. WriteMsg and
+// beside the agent's replies as SCM_RIGHTS, at most MaxFDs per message.
+// Clients send none: the agent has the kernel refuse them where it can
+// (SO_PASSRIGHTS, Linux 6.16), and otherwise refuses the request (EINVAL)
+// and closes them in the background (ReadMsgKeepFDs). WriteMsg and
 // ReadMsg frame messages; ReadMsg tells an empty message (an error,
 // EINVAL) from the end of the connection (io.EOF).
+//
+// A peer's strings reach a log line or an error message only through
+// Clean or Quote (cut to MaxQuoted bytes, escaped), and an error response
+// carries at most MaxErrorText bytes of message (ClipText).
 //
 // # Handshake
 //

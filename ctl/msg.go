@@ -20,10 +20,10 @@ const DefaultSocket = "/run/xdpfab/agent.sock"
 const MaxFDs = 253
 
 // MaxMessage bounds one message. A SEQPACKET message must also fit its
-// sender's socket buffer: the agent raises its own to hold MaxMessage
-// (SO_SNDBUFFORCE); a client's stays at the system default (about 208 KiB
-// on Debian), which is why package client sends large AV inserts in
-// batches.
+// sender's socket buffer: the agent raises its own for a reply larger
+// than the buffer, for that reply alone (SO_SNDBUFFORCE); a client's stays
+// at the system default (about 208 KiB on Debian), which is why package
+// client sends large AV inserts in batches.
 const MaxMessage = 1 << 20
 
 // Request is one call.
@@ -43,13 +43,14 @@ type Response struct {
 }
 
 // ErrorResponse is the response to request id that failed with err. The
-// errno is err's libfabric code (fi.Code). A nil err, which says nothing of
-// the failure, is answered as fi.EOTHER.
+// errno is err's libfabric code (fi.Code); the message is err's, cut to
+// MaxErrorText bytes. A nil err, which says nothing of the failure, is
+// answered as fi.EOTHER.
 func ErrorResponse(id uint64, err error) *Response {
 	if err == nil {
 		err = fmt.Errorf("failed without an error: %w", fi.EOTHER)
 	}
-	return &Response{ID: id, Errno: int(fi.Code(err)), Error: err.Error()}
+	return &Response{ID: id, Errno: int(fi.Code(err)), Error: ClipText(err.Error(), MaxErrorText)}
 }
 
 // Err rebuilds the error a response carries: nil on success, else a
@@ -101,7 +102,9 @@ func Decode(raw json.RawMessage, v any) error {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("%v: %w", err, fi.EINVAL)
+		// The decoder quotes what it could not take (an unknown field's
+		// name, a number's digits): as long as the peer made it.
+		return fmt.Errorf("%s: %w", ClipText(err.Error(), 2*MaxQuoted), fi.EINVAL)
 	}
 	if d.More() {
 		return fmt.Errorf("trailing data after the JSON value: %w", fi.EINVAL)
@@ -115,9 +118,32 @@ func WriteMsg(c *net.UnixConn, v any, fds []int) error {
 	if c == nil {
 		return fmt.Errorf("write message: nil connection: %w", fi.EINVAL)
 	}
+	b, err := EncodeMsg(v)
+	if err != nil {
+		return err
+	}
+	return WriteEncoded(c, b, fds)
+}
+
+// EncodeMsg encodes v as one message for WriteEncoded: for a writer that
+// needs the message's size before it sends it. A message larger than
+// MaxMessage is fi.EMSGSIZE.
+func EncodeMsg(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode message: %v: %w", err, fi.EINVAL)
+		return nil, fmt.Errorf("encode message: %v: %w", err, fi.EINVAL)
+	}
+	if len(b) > MaxMessage {
+		return nil, fmt.Errorf("message of %d bytes, at most %d: %w", len(b), MaxMessage, fi.EMSGSIZE)
+	}
+	return b, nil
+}
+
+// WriteEncoded sends a message EncodeMsg made, with fds attached. A nil
+// connection is fi.EINVAL.
+func WriteEncoded(c *net.UnixConn, b []byte, fds []int) error {
+	if c == nil {
+		return fmt.Errorf("write message: nil connection: %w", fi.EINVAL)
 	}
 	if len(b) > MaxMessage {
 		return fmt.Errorf("message of %d bytes, at most %d: %w", len(b), MaxMessage, fi.EMSGSIZE)
@@ -129,7 +155,7 @@ func WriteMsg(c *net.UnixConn, v any, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	_, _, err = c.WriteMsgUnix(b, oob, nil)
+	_, _, err := c.WriteMsgUnix(b, oob, nil)
 	if errors.Is(err, unix.EMSGSIZE) {
 		// A SEQPACKET message must fit the sender's socket buffer.
 		return fmt.Errorf("message of %d bytes does not fit the socket buffer: %w", len(b), fi.EMSGSIZE)
@@ -144,35 +170,49 @@ func WriteMsg(c *net.UnixConn, v any, fds []int) error {
 // connection is io.EOF. A message that is empty, larger than MaxMessage,
 // carries too many descriptors or is not one JSON document is an error
 // wrapping fi.EINVAL or fi.EMSGSIZE, after which the connection stays
-// usable (the message is consumed). A nil connection is fi.EINVAL.
+// usable (the message is consumed); its descriptors are closed. A nil
+// connection is fi.EINVAL.
 func ReadMsg(c *net.UnixConn, v any) ([]int, error) {
+	fds, err := ReadMsgKeepFDs(c, v)
+	if err != nil {
+		closeFDs(fds)
+		return nil, err
+	}
+	return fds, nil
+}
+
+// ReadMsgKeepFDs is ReadMsg for a reader that must not close what its peer
+// attached on its own time: the descriptors the message carried are
+// returned whether or not the message could be read, and closing them is
+// the caller's. The last close of a file can wait for as long as its other
+// end likes (a TCP socket lingering with unsent data towards a peer that
+// does not read, a FUSE file whose daemon does not answer), so a server
+// hands them to a closer of its own instead of closing them where it
+// serves.
+func ReadMsgKeepFDs(c *net.UnixConn, v any) ([]int, error) {
 	if c == nil {
 		return nil, fmt.Errorf("read message: nil connection: %w", fi.EINVAL)
 	}
 	buf, fds, flags, err := recvmsg(c)
 	if err != nil {
-		return nil, err
+		return fds, err
 	}
 	switch {
 	case flags&unix.MSG_TRUNC != 0:
-		closeFDs(fds)
-		return nil, fmt.Errorf("message larger than %d bytes: %w", MaxMessage, fi.EMSGSIZE)
+		return fds, fmt.Errorf("message larger than %d bytes: %w", MaxMessage, fi.EMSGSIZE)
 	case flags&unix.MSG_CTRUNC != 0:
-		closeFDs(fds)
-		return nil, fmt.Errorf("more than %d descriptors in one message: %w", MaxFDs, fi.EMSGSIZE)
+		return fds, fmt.Errorf("more than %d descriptors in one message: %w", MaxFDs, fi.EMSGSIZE)
 	case len(buf) == 0:
-		closeFDs(fds)
 		// SEQPACKET reads 0 bytes both for an empty message and at the
 		// end of the connection; only the latter leaves the socket hung
 		// up.
 		if hungUp(c) {
-			return nil, io.EOF
+			return fds, io.EOF
 		}
-		return nil, fmt.Errorf("empty message: %w", fi.EINVAL)
+		return fds, fmt.Errorf("empty message: %w", fi.EINVAL)
 	}
 	if err := json.Unmarshal(buf, v); err != nil {
-		closeFDs(fds)
-		return nil, fmt.Errorf("bad message: %v: %w", err, fi.EINVAL)
+		return fds, fmt.Errorf("bad message: %s: %w", ClipText(err.Error(), 2*MaxQuoted), fi.EINVAL)
 	}
 	return fds, nil
 }

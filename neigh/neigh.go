@@ -52,7 +52,10 @@ type Options struct {
 	// Use, if set, replaces the resolver's own NTF_USE request: it must
 	// make the kernel resolve (or re-verify) ip on ifindex. NTF_USE needs
 	// CAP_NET_ADMIN; an unprivileged application passes a function that
-	// asks the xdpfab agent to do it.
+	// asks the xdpfab agent to do it. A lookup it fails fails with
+	// fi.EAGAIN, fi.EDQUOT or fi.EHOSTUNREACH if its error carries one
+	// (the agent's refusals: retry later, too many unresolved neighbours,
+	// not a next hop there), else fi.EIO.
 	Use func(ifindex int, ip netip.Addr) error
 	// TTL is how long a result, positive or negative, is served from the
 	// cache before the kernel is asked again (default 5s; entries are
@@ -403,7 +406,7 @@ func (r *Resolver) lookupSlow(dst netip.Addr) (Hop, error) {
 				nh.state = nhUnknown
 			}
 			r.mu.Unlock()
-			return Hop{}, fmt.Errorf("neigh %s: resolve %s on ifindex %d: %w (%v)", dst, key.ip, key.ifindex, fi.EIO, err)
+			return Hop{}, fmt.Errorf("neigh %s: resolve %s on ifindex %d: %w (%v)", dst, key.ip, key.ifindex, useErrno(err), err)
 		}
 	}
 	err = r.storeHop(dst, hop, key, nh)
@@ -421,6 +424,18 @@ func (r *Resolver) lookupSlow(dst netip.Addr) (Hop, error) {
 	hop.DstMAC = nh.mac
 	r.mu.RUnlock()
 	return hop, nil
+}
+
+// useErrno is the errno of a failed NTF_USE request: a refusal that
+// Options.Use reports (the xdpfab agent's) as fi.EAGAIN (retry later),
+// fi.EDQUOT (the caller holds too many unresolved neighbours) or
+// fi.EHOSTUNREACH (not a next hop there) is that; anything else fi.EIO.
+func useErrno(err error) fi.Errno {
+	switch c := fi.Code(err); c {
+	case fi.EAGAIN, fi.EDQUOT, fi.EHOSTUNREACH:
+		return c
+	}
+	return fi.EIO
 }
 
 // storeHop caches hop for dst with next hop nh and returns the error that

@@ -816,4 +816,9 @@ func TestUseHook(t *testing.T) {
 	if _, err := failing.Lookup(bed.B.IPv6); !errors.Is(err, fi.EIO) {
 		t.Errorf("failing hook: %v", err)
 	}
+	// The agent's refusals keep their errno: EAGAIN is "retry the send".
+	busy := newResolver(t, bed.A, Options{Use: func(int, netip.Addr) error { return fmt.Errorf("agent: too fast: %w", fi.EAGAIN) }})
+	if _, err := busy.Lookup(bed.B.IPv6); fi.Code(err) != fi.EAGAIN {
+		t.Errorf("hook refusing with EAGAIN: %v", err)
+	}
 }

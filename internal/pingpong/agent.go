@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 
+	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -18,12 +20,13 @@ import (
 var errNoAgent = errors.New("no agent")
 
 // agentSession is a run's objects through the agent: a named AV of its own
-// (pingpong-PORT, the caller's), a read-only view of it, and the endpoint
-// the agent prepared in the caller's sharing domain.
+// (pingpong-PORT, which the caller must own), a read-only view of it, and
+// the endpoint the agent prepared in the caller's sharing domain.
 type agentSession struct {
-	c    *client.Client
-	dp   *loader.Objects
-	name string
+	c     *client.Client
+	dp    *loader.Objects
+	name  string
+	owned bool // the AV is this user's, destroyed at the end
 }
 
 func openAgent(o Options, server bool) (_ *session, err error) {
@@ -44,20 +47,7 @@ func openAgent(o Options, server bool) (_ *session, err error) {
 			as.close(s)
 		}
 	}()
-	// An AV of this port's earlier run that was not destroyed (killed)
-	// is this caller's: start afresh.
-	if _, err := c.AVCreate(ctl.AVCreateArgs{Name: as.name}); errors.Is(err, fi.EEXIST) {
-		if err := c.AVDestroy(as.name); err != nil {
-			return nil, err
-		}
-		_, err = c.AVCreate(ctl.AVCreateArgs{Name: as.name})
-		if err != nil {
-			return nil, err
-		}
-	} else if err != nil {
-		return nil, err
-	}
-	if as.dp, s.AV, err = c.OpenAV(as.name); err != nil {
+	if err := as.openAV(s); err != nil {
 		return nil, err
 	}
 	if s.TxCQ, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
@@ -78,12 +68,62 @@ func openAgent(o Options, server bool) (_ *session, err error) {
 	return s, nil
 }
 
+// openAV creates the session's AV and opens a read-only view of it. The
+// AV must be this user's: the agent refuses to create a name another uid
+// holds (EEXIST, naming it), and one it opens for this user because this
+// user is in its group is still its owner's, who could change or destroy
+// it under the run: refused too. An AV of this port's earlier run that
+// was not destroyed (killed) is this user's: the run starts afresh.
+func (as *agentSession) openAV(s *session) error {
+	info, err := as.c.AVCreate(ctl.AVCreateArgs{Name: as.name})
+	if err != nil {
+		return err
+	}
+	if as.dp, s.AV, err = as.c.OpenAV(as.name); err != nil {
+		return err
+	}
+	if err := as.mine(); err != nil {
+		return err
+	}
+	if info.Entries == 0 {
+		return nil
+	}
+	s.AV.Close()
+	as.dp.Close()
+	s.AV, as.dp, as.owned = nil, nil, false
+	if err := as.c.AVDestroy(as.name); err != nil {
+		return err
+	}
+	if _, err := as.c.AVCreate(ctl.AVCreateArgs{Name: as.name}); err != nil {
+		return err
+	}
+	if as.dp, s.AV, err = as.c.OpenAV(as.name); err != nil {
+		return err
+	}
+	return as.mine()
+}
+
+// mine refuses the session's AV unless this user owns it.
+func (as *agentSession) mine() error {
+	o, err := av.OwnerOf(as.dp, as.name)
+	if err != nil {
+		return err
+	}
+	if me := uint32(os.Geteuid()); o.UID != me {
+		return fmt.Errorf("pingpong: AV %s belongs to uid %d, not to this user (uid %d), who could change it during the run; use another port, or have it destroyed: %w",
+			as.name, o.UID, me, fi.EEXIST)
+	}
+	return nil
+}
+
 func (as *agentSession) close(s *session) {
 	s.Stack.Close() // endpoint, CQs, the AV view
 	if as.dp != nil {
 		as.dp.Close()
 	}
-	as.c.AVDestroy(as.name)
+	if as.owned {
+		as.c.AVDestroy(as.name)
+	}
 	as.c.Close()
 }
 
