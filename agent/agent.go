@@ -184,6 +184,9 @@ func New(cfg Config) (_ *Agent, err error) {
 	if a.dp, err = loader.Load(sizes); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	if err := a.startStamps(); err != nil { // stamps.go
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	if err := a.recover(); err != nil {
 		return nil, err
 	}
@@ -256,6 +259,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer close(gcDone)
 		a.gcLoop(ctx)
 	}()
+	go a.stampLoop(ctx)
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- a.accept() }()
 	// The program is attached and the socket listens (New): ready.

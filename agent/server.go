@@ -457,9 +457,14 @@ func (a *Agent) handlerTable() map[string]handler {
 		if err != nil {
 			return ctl.None{}, nil, err
 		}
-		fds := make([]int, len(ms))
+		fds := make([]int, len(ms), len(ms)+1)
 		for i, m := range ms {
 			fds[i] = m.FD()
+		}
+		// And the AV change stamps, which tell the client when its
+		// copies of AV tables are stale (stamps.go).
+		if fd := a.dp.StampFD(); fd >= 0 {
+			fds = append(fds, fd)
 		}
 		cn.afterReply = func() {
 			for _, m := range ms {

@@ -155,17 +155,21 @@ func Open(dp *loader.Objects, attr *Attr) (*AV, error) {
 	}
 	for id := 1; id < len(metas); id++ {
 		if metas[id].InUse == 0 {
-			return a.create(uint32(id), attr)
+			return a.create(uint32(id), attr, metas[id].Generation)
 		}
 	}
 	return nil, fmt.Errorf("av open: all %d AV slots in use: %w", len(metas)-1, fi.ENOSPC)
 }
 
-func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
+// create makes AV id in a free slot whose last generation was gen (kept by
+// destroyLocked): the new AV's generations go on from there, so that a
+// reader of an AV destroyed and made again under its name in the same
+// slot never takes the new one's state for the old one's.
+func (a *AV) create(id uint32, attr *Attr, gen uint64) (*AV, error) {
 	m := bpf.AVMeta{
 		InUse: 1, Type: uint32(a.attr.Type), Flags: uint64(a.attr.Flags &^ (fi.Event | fi.Read)),
 		AddrFormat: uint32(a.attr.AddrFormat), RxCtxBits: uint32(a.attr.RxCtxBits),
-		Count: uint32(min(a.attr.Count, 1<<31)), Generation: 1,
+		Count: uint32(min(a.attr.Count, 1<<31)), Generation: gen + 1,
 	}
 	if !a.shared {
 		self := procid.Self()
@@ -195,6 +199,7 @@ func (a *AV) create(id uint32, attr *Attr) (*AV, error) {
 		t.Close()
 		return nil, fmt.Errorf("av open: write AV slot %d: %w", id, err)
 	}
+	a.dp.PublishAV(id)
 	a.id, a.gen = id, m.Generation
 	a.setTab(t)
 	attr.Type, attr.AddrFormat, attr.MapAddr = a.attr.Type, a.attr.AddrFormat, 0
@@ -497,7 +502,14 @@ func (a *AV) destroyLocked() error {
 	}
 	a.dp.ReturnAVEntries(live) // a whole AV: back to the node at once, not into this process's reserve
 	a.free, a.keys = freeSet{}, nil
-	return a.dp.AVMeta.Put(a.id, &bpf.AVMeta{})
+	// The slot keeps its generation (create goes on from it).
+	var m bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
+		return err
+	}
+	err := a.dp.AVMeta.Put(a.id, &bpf.AVMeta{Generation: m.Generation + 1})
+	a.dp.PublishAV(a.id)
+	return err
 }
 
 // begin is the prologue of every call: it checks the AV is usable and, for
@@ -522,7 +534,7 @@ func (a *AV) begin(write bool) error {
 		a.fast.Store(nil)
 		return fmt.Errorf("AV %q was destroyed: %w", a.attr.Name, fi.EOPBADSTATE)
 	}
-	if m.Generation == a.gen && a.tab != nil && !a.tab.Retired() {
+	if m.Generation == a.gen && a.tab != nil && !a.tab.Retired() && !a.tab.Stale() {
 		return nil
 	}
 	return a.load(m)
@@ -541,6 +553,7 @@ func (a *AV) commit() error {
 	if err := a.dp.AVMeta.Put(a.id, &m); err != nil {
 		return err
 	}
+	a.dp.PublishAV(a.id)
 	a.gen = m.Generation
 	return nil
 }
@@ -549,10 +562,18 @@ func (a *AV) commit() error {
 // mapping (re-opened when it was replaced), the free indices and the auth
 // keys.
 func (a *AV) load(m bpf.AVMeta) error {
+	// A copy answers lock-free only while the AV's change stamp keeps the
+	// value it had before the copy was read (avtab.Table.SetStamp).
+	stamp := a.dp.AVStamp(a.id)
+	var at uint64
+	if stamp != nil {
+		at = atomic.LoadUint64(stamp)
+	}
 	if a.tab != nil {
 		if err := a.tab.Refresh(); err != nil {
 			return fmt.Errorf("read AV %d: %w", a.id, err)
 		}
+		a.tab.SetStamp(stamp, at)
 		a.fast.Store(a.tab.Reader()) // a copy's new reader (a mapping's is the same)
 	}
 	if a.tab == nil || a.tab.Retired() {
@@ -560,6 +581,7 @@ func (a *AV) load(m bpf.AVMeta) error {
 		if err != nil {
 			return fmt.Errorf("read AV %d: %w", a.id, err)
 		}
+		t.SetStamp(stamp, at)
 		old := a.tab
 		a.setTab(t)
 		old.Close()

@@ -83,7 +83,11 @@ type Objects struct {
 	recorded int
 	// Handed-over AV tables (FromFDs) by AV id, and where to fetch new
 	// ones (SetTableSource); guarded by tabMu.
-	fromFDs     bool
+	fromFDs bool
+	// AV change stamps (stamps.go): the agent's page it publishes in, or
+	// a client's read-only view of one (FromFDs).
+	stampPage   *StampPage
+	stamps      []uint64
 	tabMu       sync.Mutex
 	tables      map[uint32]*ebpf.Map
 	tableSource func() ([]int, error)
@@ -268,6 +272,7 @@ func (d *Objects) Close() error {
 	d.tables = nil
 	d.tabMu.Unlock()
 	d.closeLock()
+	errs = append(errs, d.stampPage.Close())
 	return errors.Join(errs...)
 }
 

@@ -136,6 +136,15 @@ func FromFDs(fds []int) (*Objects, error) {
 	d := &Objects{pinned: true, fromFDs: true}
 	dst := d.readOnlySet()
 	for _, fd := range fds[len(dst):] {
+		// The agent's AV stamp page (stamps.go), or an AV table. A page
+		// that is not sealed as the agent seals it is not used: copies
+		// are then checked with the kernel at every lookup.
+		if w, ok, err := takeStamps(fd); ok {
+			if err == nil {
+				d.stamps = w
+			}
+			continue
+		}
 		d.addTable(fd)
 	}
 	for i, fd := range fds[:len(dst)] {

@@ -53,6 +53,11 @@ type Table struct {
 	rd    *Reader      // lock-free view of a mapping (nil for a copy)
 	pos   []uint32     // the Reader's slot hints, per index (see Reader)
 	hints *region      // pos's memory when it is not the Go heap's (newHints)
+	// A copy's change stamp (SetStamp): where the AV's stamp is published
+	// (nil: nowhere, the copy is never trusted without a check) and its
+	// value when the copy was made.
+	stamp *uint64
+	at    uint64
 }
 
 // region is the address range a table is mapped at. It is given back
@@ -179,8 +184,32 @@ func (t *Table) layout() error {
 	// makes new memory and a new Reader), so its Reader is as safe
 	// without a lock as a mapping's.
 	t.pos, t.hints = newHints(int(capa))
-	t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg, hints: t.hints}
+	t.rd = &Reader{hdr: t.hdr, slots: t.slots, aux: t.aux, pos: t.pos, reg: t.reg, hints: t.hints, copy: t.copy, stamp: t.stamp, at: t.at}
 	return nil
+}
+
+// SetStamp records, for a copy, where the AV's change stamp is published
+// (loader.Objects.AVStamp: a page the agent writes and its clients map
+// read-only) and the value it had before the copy was read. A copy is
+// stale once the stamp moved (Stale), and its Reader then counts as
+// retired, so that lock-free readers take the slow way, which re-reads the
+// table. Without a published stamp (p nil) a copy's Reader always counts
+// as retired: a copy nobody tells about changes cannot be trusted without
+// asking the kernel. A mapping needs none of this.
+func (t *Table) SetStamp(p *uint64, at uint64) {
+	if t == nil || !t.copy {
+		return
+	}
+	t.stamp, t.at = p, at
+	if t.rd != nil {
+		t.rd.stamp, t.rd.at = p, at
+	}
+}
+
+// Stale reports whether a copy's published stamp moved since it was made
+// (see SetStamp); always false for a mapping.
+func (t *Table) Stale() bool {
+	return t != nil && t.copy && (t.stamp == nil || atomic.LoadUint64(t.stamp) != t.at)
 }
 
 // Close takes the table out of this process's memory and closes this

@@ -31,6 +31,11 @@ type Reader struct {
 	pos   []uint32 // per index: a hint of its slot, + 1 (0: none); see read
 	reg   *region
 	hints *region // pos's memory, when not the Go heap's
+	// A copy's: its published change stamp and the value it was made at
+	// (Table.SetStamp).
+	copy  bool
+	stamp *uint64
+	at    uint64
 }
 
 // noHint as setHint's slot: the index has none (its hint becomes 0).
@@ -43,9 +48,10 @@ const noHint = ^uint32(0)
 const readTries = 4
 
 // Retired reports whether the table was replaced (growth) or deleted: the
-// current table, if any, is another one.
+// current table, if any, is another one. For a copy, also whether it is
+// stale (Table.SetStamp): the lock-free way must not answer from it.
 func (r *Reader) Retired() bool {
-	v := atomic.LoadUint32(&r.hdr.Retired) != 0
+	v := atomic.LoadUint32(&r.hdr.Retired) != 0 || r.copy && (r.stamp == nil || atomic.LoadUint64(r.stamp) != r.at)
 	runtime.KeepAlive(r)
 	return v
 }

@@ -1,0 +1,231 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/fi"
+	"golang.org/x/sys/unix"
+)
+
+// AV change stamps.
+//
+// An application with the agent's read-only descriptors (FromFDs) cannot
+// map an AV's table (Linux maps a BPF map only through a descriptor opened
+// for writing), so it reads a copy (internal/avtab), and a copy does not
+// change when the AV does. So that it need not ask the kernel at every
+// lookup whether the AV changed, the agent publishes a change stamp per AV
+// in a page its clients map read-only: a number that moves whenever the
+// AV's metadata (its generation: inserts, removes, user IDs, growth;
+// creation, destruction) may have changed, and never comes back to a
+// value it had (word 0 counts the stamps handed out). A client reads the
+// stamp before it copies a table and answers from the copy only while the
+// stamp has not moved: one load per lookup.
+//
+// The agent moves an AV's stamp when it changes the AV itself (PublishAV,
+// called by package av after each change it commits), and SyncStamps,
+// which the agent runs a few times a second, moves the stamps of AVs
+// another process changed (a root process with the library).
+
+// stampsName names the page's memfd (in /proc/*/fd).
+const stampsName = "xdpfab-avstamps"
+
+// StampPage is the agent's page of AV change stamps, a sealed memfd its
+// clients receive with the map descriptors (ReadOnlyFDs' caller appends
+// FD) and map read-only: the seals keep them from writing it or changing
+// its size, whatever descriptor they hold.
+type StampPage struct {
+	fd    int
+	words []uint64 // 0: stamps handed out; id: AV id's stamp
+
+	mu   sync.Mutex
+	seen []bpf.AVMeta // what SyncStamps last saw, per AV id
+}
+
+// NewStampPage makes the page for AV ids below maxAVs.
+func NewStampPage(maxAVs int) (*StampPage, error) {
+	size := (max(maxAVs, 1)*8 + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
+	fd, err := unix.MemfdCreate(stampsName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("AV stamps: memfd: %w", err)
+	}
+	fail := func(what string, err error) (*StampPage, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("AV stamps: %s: %w", what, err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail("size", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("map", err)
+	}
+	// F_SEAL_FUTURE_WRITE: this mapping writes on, no later one can (nor
+	// write(2)); the size is fixed; no seal comes off.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_FUTURE_WRITE|unix.F_SEAL_SEAL); err != nil {
+		unix.Munmap(mem)
+		return fail("seal", err)
+	}
+	return &StampPage{fd: fd, words: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), size/8)}, nil
+}
+
+// FD is the page's descriptor, to hand to clients with the map
+// descriptors (FromFDs recognises it among them). The page keeps it.
+func (p *StampPage) FD() int { return p.fd }
+
+// bump moves AV id's stamp to a value it never had.
+func (p *StampPage) bump(id uint32) {
+	if id == 0 || int(id) >= len(p.words) {
+		return
+	}
+	atomic.StoreUint64(&p.words[id], atomic.AddUint64(&p.words[0], 1))
+}
+
+// SetStampPage makes d publish its AV changes in p (the agent's dataplane:
+// PublishAV) and moves every AV's stamp once (what clients copied before
+// this agent ran is stale).
+func (d *Objects) SetStampPage(p *StampPage) {
+	if d == nil || p == nil {
+		return
+	}
+	d.stampPage = p
+	for id := 1; id < len(p.words); id++ {
+		p.bump(uint32(id))
+	}
+}
+
+// StampFD is the descriptor of the page d publishes AV change stamps in
+// (SetStampPage), -1 when none.
+func (d *Objects) StampFD() int {
+	if d == nil || d.stampPage == nil {
+		return -1
+	}
+	return d.stampPage.fd
+}
+
+// PublishAV moves AV id's change stamp, if d publishes them (SetStampPage):
+// package av calls it after each change of a named AV it commits.
+func (d *Objects) PublishAV(id uint32) {
+	if d != nil && d.stampPage != nil {
+		d.stampPage.bump(id)
+	}
+}
+
+// SyncStamps moves the stamps of the AVs whose metadata changed since the
+// last call (a change another process made): the agent calls it a few
+// times a second.
+func (d *Objects) SyncStamps() error {
+	p := d.stampPage
+	if p == nil || d.AVMeta == nil {
+		return nil
+	}
+	n := min(int(d.AVMeta.MaxEntries()), len(p.words))
+	metas := make([]bpf.AVMeta, n)
+	keys := make([]uint32, n)
+	var cursor ebpf.MapBatchCursor
+	got := 0
+	for got < n {
+		k, err := d.AVMeta.BatchLookup(&cursor, keys[got:], metas[got:], nil)
+		got += k
+		if err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			return fmt.Errorf("AV stamps: read AV metadata: %w", err)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == nil {
+		p.seen = make([]bpf.AVMeta, n)
+	}
+	for i := range got {
+		id := keys[i]
+		if id == 0 || int(id) >= n {
+			continue
+		}
+		if metas[i] != p.seen[id] {
+			p.seen[id] = metas[i]
+			p.bump(id)
+		}
+	}
+	return nil
+}
+
+// Close releases the page's descriptor; its mapping stays (lock-free
+// readers in this process may still hold pointers into it).
+func (p *StampPage) Close() error {
+	if p == nil || p.fd < 0 {
+		return nil
+	}
+	err := unix.Close(p.fd)
+	p.fd = -1
+	return err
+}
+
+// AVStamp is where AV id's change stamp is published in this process's
+// view (the agent's page, mapped read-only from FromFDs' descriptors, or
+// the agent's own), nil when there is none (OpenPinned, Load without a
+// page, an id beyond the page).
+func (d *Objects) AVStamp(id uint32) *uint64 {
+	if d == nil {
+		return nil
+	}
+	words := d.stamps
+	if d.stampPage != nil {
+		words = d.stampPage.words
+	}
+	if id == 0 || int(id) >= len(words) {
+		return nil
+	}
+	return &words[id]
+}
+
+// stampMaps holds the stamp pages this process mapped, by memfd identity:
+// each is mapped once and never unmapped, since lock-free readers keep
+// pointers into it (a page per agent the process talks to).
+var stampMaps = struct {
+	sync.Mutex
+	m map[[2]uint64][]uint64
+}{m: map[[2]uint64][]uint64{}}
+
+// takeStamps maps fd read-only if it is an agent's stamp page (a memfd
+// sealed as NewStampPage seals it) and closes it; ok false leaves fd open
+// (not a stamp page).
+func takeStamps(fd int) (words []uint64, ok bool, err error) {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, false, nil // not a memfd: a map
+	}
+	defer unix.Close(fd)
+	const want = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE
+	if seals&want != want {
+		return nil, true, fmt.Errorf("loader: AV stamp page not sealed (seals %#x): %w", seals, fi.EINVAL)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, true, fmt.Errorf("loader: AV stamp page: %w", err)
+	}
+	if st.Size <= 0 || st.Size%8 != 0 || st.Size > 1<<20 {
+		return nil, true, fmt.Errorf("loader: AV stamp page of %d bytes: %w", st.Size, fi.EINVAL)
+	}
+	key := [2]uint64{st.Dev, st.Ino}
+	stampMaps.Lock()
+	defer stampMaps.Unlock()
+	if w := stampMaps.m[key]; w != nil {
+		return w, true, nil
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, true, fmt.Errorf("loader: map the AV stamp page: %w", err)
+	}
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), len(mem)/8)
+	stampMaps.m[key] = w
+	return w, true, nil
+}
