@@ -267,8 +267,8 @@ int xdpfab_rx(struct xdp_md *ctx)
 	 * outcome counter (its return), and user space reports their sum as
 	 * RX (loader's Counters), which saves a counter update per frame. */
 
-	/* 1. A UDP datagram (Ethernet, VLAN tags, IPv4 or IPv6) with its
-	 * destination, or not ours. */
+	/* 1. A UDP datagram (untagged Ethernet, IPv4 without options or IPv6)
+	 * with its destination, or not ours. */
 	if (!parse_udp(&pkt, data, end))
 		return count(STAT_PASS, XDP_PASS);
 

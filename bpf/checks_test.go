@@ -72,8 +72,15 @@ func TestXDPKernelChecks(t *testing.T) {
 	}{
 		{"IPv4 header checksum wrong", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[d.L3Off+10] ^= 0x55 }), drop(bpf.CounterCsumError)},
 		{"IPv4 TTL changed, header checksum not", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[d.L3Off+8]-- }), drop(bpf.CounterCsumError)},
-		{"IPv4 options, header checksum wrong", mutate(func() wire.Frame { s := spec(known4, ep4); s.IPOptions = []byte{1, 1, 1, 0}; return s }(), false,
-			func(b []byte, d wire.Datagram) { b[d.L3Off+20] = 7 }), drop(bpf.CounterCsumError)},
+		// Options are the kernel's to judge, before any check of the
+		// header (TestXDPLeftToKernel).
+		{"IPv4 options, header checksum wrong: the kernel's", func() []byte {
+			s := spec(known4, ep4)
+			s.IPOptions = []byte{1, 1, 1, 0}
+			b := wire.Build(s)
+			b[14+20] = 7
+			return b
+		}(), want{verdict: xdpPass, counter: bpf.CounterPass}},
 		{"UDP checksum wrong (IPv4)", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[d.L4Off+6] ^= 0x01 }), drop(bpf.CounterCsumError)},
 		{"UDP payload corrupted (IPv4)", mutate(spec(known4, ep4), false, func(b []byte, d wire.Datagram) { b[len(b)-1] ^= 0x80 }), drop(bpf.CounterCsumError)},
 		{"UDP payload corrupted (IPv6)", mutate(spec(known6, ep6), false, func(b []byte, d wire.Datagram) { b[d.L4Off+8+wire.HdrLen] ^= 0x02 }), drop(bpf.CounterCsumError)},
@@ -330,5 +337,71 @@ func TestXDPChecksumEveryLength(t *testing.T) {
 				t.Fatalf("%v, payload %d B: %d checksum errors counted for 3 corrupted datagrams", c.src, n, d)
 			}
 		}
+	}
+}
+
+// Frames the program leaves to the kernel untouched (pass, counted
+// passed), whoever sends them and whatever they hold: each is a valid
+// datagram from a source in the AV to an endpoint, by its address or
+// through the wildcard, that the program would attribute and redirect
+// untagged and without options.
+//   - VLAN-tagged frames: the kernel delivers a frame of VLAN n only
+//     through a VLAN device for n, an interface of its own, and drops it
+//     where there is none. An endpoint receives its interface's untagged
+//     traffic, so on a trunk port a host of any VLAN would reach it. A
+//     priority tag (VLAN 0), which the kernel takes as untagged, is left
+//     to it too.
+//   - IPv4 headers with options: the kernel refuses source routes
+//     (accept_source_route, off by default) and drops malformed options
+//     (a length of 0, a timestamp too short for its pointer); valid ones
+//     (NOPs, a router alert) go to it as well, the same way, since UDP
+//     senders do not use options.
+//
+// The model agrees.
+func TestXDPLeftToKernel(t *testing.T) {
+	dp := fixture(t)
+	wild := to("198.18.100.77", 7100) // the wildcard endpoint, on a local address
+	tagged := func(src, dst netip.AddrPort, tags ...[2]uint16) []byte {
+		s := spec(src, dst)
+		s.VLANs = tags
+		return wire.Build(s)
+	}
+	withOpts := func(dst netip.AddrPort, o ...byte) []byte {
+		s := spec(known4, dst)
+		s.IPOptions = o
+		return wire.Build(s)
+	}
+	q := func(id uint16) [2]uint16 { return [2]uint16{wire.Ether8021Q, id} }
+	ad := func(id uint16) [2]uint16 { return [2]uint16{wire.Ether8021AD, id} }
+	cases := []struct {
+		name  string
+		frame []byte
+	}{
+		{"802.1Q VLAN 10", tagged(known4, ep4, q(10))},
+		{"802.1Q VLAN 4094", tagged(known4, ep4, q(4094))},
+		{"802.1Q VLAN 10, to the wildcard", tagged(known4, wild, q(10))},
+		{"802.1Q VLAN 10, IPv6", tagged(known6, ep6, q(10))},
+		{"802.1ad VLAN 20", tagged(known4, ep4, ad(20))},
+		{"QinQ 20/10", tagged(known4, ep4, ad(20), q(10))},
+		{"QinQ 20/10, IPv6", tagged(known6, ep6, ad(20), q(10))},
+		{"two 802.1Q tags", tagged(known4, ep4, q(1), q(2))},
+		{"priority tag (VLAN 0)", tagged(known4, ep4, q(0))},
+		{"LSRR", withOpts(ep4, 0x83, 7, 4, 198, 18, 1, 1, 1)},
+		{"SSRR", withOpts(ep4, 0x89, 7, 4, 198, 18, 1, 1, 1)},
+		{"LSRR, to the wildcard", withOpts(wild, 0x83, 7, 4, 198, 18, 1, 1, 1)},
+		{"option of length 0", withOpts(ep4, 0x44, 0, 1, 1)},
+		{"timestamp of 2 bytes", withOpts(ep4, 0x44, 2, 1, 1)},
+		{"router alert", withOpts(ep4, 0x94, 4, 0, 0)},
+		{"NOPs", withOpts(ep4, 1, 1, 1, 1)},
+		{"40 bytes of NOPs", withOpts(ep4, bytes.Repeat([]byte{1}, 40)...)},
+	}
+	kernels := want{verdict: xdpPass, counter: bpf.CounterPass}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, dp, tc.frame, bpf.XDPMD{}, kernels)
+			if got := fixtureTables(t, dp).Run(tc.frame, bpf.XDPMD{IngressIfindex: 1}); got.Action != xdpPass || got.Counter != bpf.CounterPass {
+				t.Errorf("model: %v, want pass/passed", got)
+			}
+		})
 	}
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Packet parsing for the XDP program, in two halves.
  *
- * Attribution (parse_udp): Ethernet with up to two VLAN tags, IPv4 or
+ * Attribution (parse_udp): untagged Ethernet, IPv4 without options or
  * IPv6, UDP: just enough to find the destination address and port. A frame
  * it cannot attribute is not xdpfab's and passes to the kernel untouched,
  * whatever else is wrong with it.
@@ -20,7 +20,7 @@
  *
  * Multi-buffer frames (the program is SEC("xdp.frags")): [data, end) is
  * the frame's linear part only; a jumbo frame continues in fragments. The
- * headers (Ethernet to the xdpfab header, at most 122 bytes) must lie in
+ * headers (Ethernet to the xdpfab header, at most 94 bytes) must lie in
  * the linear part, as every kernel path lays a frame out (at least the
  * first 3.5 KB, or the whole frame, linear: docs/platform.md#multi-buffer-xdp);
  * a frame whose linear part ends before them is not parsed further. The
@@ -45,11 +45,6 @@
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
 
-struct vlan_hdr {
-	__be16 tci;
-	__be16 encap_proto;
-};
-
 /* A UDP datagram as parse_udp found it. */
 struct udp_packet {
 	void *l3;            /* the IP header */
@@ -60,48 +55,26 @@ struct udp_packet {
 	struct udp_addr dst; /* destination address and port */
 };
 
-/* parse_eth finds the network header behind Ethernet and up to two VLAN
- * tags (802.1Q, 802.1ad QinQ): its ethertype in *proto (network byte
- * order) and its start in *l3. It returns 0 when the packet ends first. */
-static __always_inline int parse_eth(void *data, void *end, __u16 *proto, void **l3)
-{
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > end)
-		return 0;
-	*proto = eth->h_proto;
-	*l3 = eth + 1;
-
-#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		if (*proto != bpf_htons(ETH_P_8021Q) && *proto != bpf_htons(ETH_P_8021AD))
-			break;
-		struct vlan_hdr *vh = *l3;
-		if ((void *)(vh + 1) > end)
-			return 0;
-		*proto = vh->encap_proto;
-		*l3 = vh + 1;
-	}
-	return 1;
-}
-
 /* parse_ipv4 finds the UDP header behind an IPv4 header at p->l3 and
  * fills p. It returns 0 for anything that is not a whole unfragmented UDP
- * header: a header length below 5 words leaves no place for UDP, and
- * fragments cannot be attributed alone (only the first carries the UDP
- * header) and are never delivered as datagrams: the kernel reassembles
- * them. The version and the lengths are check_ip's. */
+ * header right behind a 20-byte header:
+ *  - fragments cannot be attributed alone (only the first carries the UDP
+ *    header) and are never delivered as datagrams: the kernel reassembles
+ *    them;
+ *  - a header with options (ihl above 5) is the kernel's to judge: it
+ *    refuses source routes (accept_source_route, off by default) and
+ *    malformed options, which UDP senders do not use anyway; one below 5
+ *    leaves no place for UDP.
+ * The version and the lengths are check_ip's. */
 static __always_inline int parse_ipv4(struct udp_packet *p, void *end)
 {
 	struct iphdr *ip = p->l3;
 	if ((void *)(ip + 1) > end)
 		return 0;
-	if (ip->protocol != IPPROTO_UDP || ip->ihl < 5 ||
+	if (ip->protocol != IPPROTO_UDP || ip->ihl != 5 ||
 	    (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)))
 		return 0;
-	struct udphdr *udp = p->l3 + ip->ihl * 4;
-	/* clang-14 may recompute udp after the check; pin it (docs/platform.md:
-	 * the verifier's "invalid access to packet"). */
-	asm volatile("" : "+r"(udp));
+	struct udphdr *udp = (void *)(ip + 1);
 	if ((void *)(udp + 1) > end)
 		return 0;
 	p->udp = udp;
@@ -133,18 +106,23 @@ static __always_inline int parse_ipv6(struct udp_packet *p, void *end)
 }
 
 /* parse_udp fills p (zeroed by the caller) from the frame [data, end): an
- * IPv4 or IPv6 UDP datagram behind Ethernet and VLAN tags, chosen by the
- * ethertype. It returns 0 for anything else. */
+ * IPv4 or IPv6 UDP datagram right behind the Ethernet header, chosen by
+ * the ethertype. It returns 0 for anything else, VLAN-tagged frames
+ * (802.1Q, 802.1ad) included: an endpoint receives its interface's
+ * untagged traffic. The kernel delivers a frame tagged with VLAN n only
+ * through a VLAN device for n, an interface of its own (whose generic XDP
+ * sees the frame untagged), and drops it where there is none; reading
+ * through the tags would hand the endpoint every VLAN of a trunk port. */
 static __always_inline int parse_udp(struct udp_packet *p, void *data, void *end)
 {
-	__u16 proto;
-
-	if (!parse_eth(data, end, &proto, &p->l3))
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
 		return 0;
-	if (proto == bpf_htons(ETH_P_IP)) {
+	p->l3 = eth + 1;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		if (!parse_ipv4(p, end))
 			return 0;
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		if (!parse_ipv6(p, end))
 			return 0;
 	} else {
@@ -217,10 +195,11 @@ static __always_inline int src_martian(const struct udp_addr *a)
 /* check_ip checks the IP header of a datagram to an endpoint as the kernel
  * does before UDP sees it, after checking that the frame has room for the
  * UDP and xdpfab headers (else it holds no xdpfab datagram): the version;
- * for IPv4 the header
- * checksum, then a total length within the frame and at least the header;
- * for IPv6 a payload within the frame; then a source that is not martian.
- * The lengths are checked against the whole frame, its fragments included
+ * for IPv4 the header checksum (a 20-byte header: parse_ipv4 left options
+ * to the kernel) and a total length within the frame and at least the
+ * header; for IPv6 a payload within the frame; then a source that is not
+ * martian. The
+ * lengths are checked against the whole frame, its fragments included
  * (bpf_xdp_get_buff_len, called only for a frame longer than its linear
  * part [data, end), which holds the headers). It sets p->ip_len. */
 static __always_inline int check_ip(struct xdp_md *ctx, struct udp_packet *p, void *data, void *end)
@@ -229,26 +208,16 @@ static __always_inline int check_ip(struct xdp_md *ctx, struct udp_packet *p, vo
 		return STAT_MALFORMED;
 	if (p->src.family == XDPFAB_AF_INET) {
 		struct iphdr *ip = p->l3;
-		/* Implied by the line above (the UDP header follows at least 20
-		 * bytes of IP header): for the verifier, which then knows the
-		 * longest header (60 bytes) is in the packet. */
-		if (p->l3 + 60 > end)
-			return STAT_MALFORMED;
 		if (ip->version != 4)
 			return STAT_MALFORMED;
-		__u32 ihl = ip->ihl;
-		__u64 s = 0;
-		__u32 *w = p->l3;
-#pragma unroll
-		for (int i = 0; i < 15; i++)
-			if (i < ihl)
-				s += w[i];
-		if (csum_fold(s) != 0xffff)
+		const __u32 *w = p->l3;
+		if (csum_fold((__u64)w[0] + w[1] + w[2] + w[3] + w[4]) != 0xffff)
 			return STAT_CSUM_ERROR;
 		__u32 tot = bpf_ntohs(ip->tot_len);
-		if (tot < ihl * 4 || (p->l3 + tot > end && (__u32)(p->l3 - data) + tot > bpf_xdp_get_buff_len(ctx)))
+		if (tot < sizeof(*ip) ||
+		    (p->l3 + tot > end && (__u32)(p->l3 - data) + tot > bpf_xdp_get_buff_len(ctx)))
 			return STAT_MALFORMED;
-		p->ip_len = tot - ihl * 4;
+		p->ip_len = tot - sizeof(*ip);
 	} else {
 		struct ipv6hdr *ip6 = p->l3;
 		if ((void *)(ip6 + 1) > end) /* parse_udp saw it; for the verifier */

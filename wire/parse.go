@@ -17,28 +17,19 @@ type Datagram struct {
 }
 
 // ParseUDP finds the UDP datagram in frame the way the XDP program
-// attributes a frame (bpf/xdpfab_parse.h, parse_udp): Ethernet, up to two
-// VLAN tags (802.1Q or 802.1ad), then by the ethertype an IPv4 header
-// (header length at least 5 words, protocol UDP, not a fragment) or an
-// IPv6 header directly followed by UDP, and a whole UDP header. ok is
-// false for anything else, including a short frame. It checks nothing
-// else: not the IP version, lengths or checksums.
+// attributes a frame (bpf/xdpfab_parse.h, parse_udp): an untagged Ethernet
+// header, then by the ethertype an IPv4 header of 5 words (no options),
+// protocol UDP, not a fragment, or an IPv6 header directly followed by
+// UDP, and a whole UDP header. ok is false for anything else, including a
+// short frame and a VLAN-tagged one (802.1Q or 802.1ad: the program leaves
+// those to the kernel). It checks nothing else: not the IP version,
+// lengths or checksums.
 func ParseUDP(frame []byte) (d Datagram, ok bool) {
 	if len(frame) < 14 {
 		return d, false
 	}
 	proto := binary.BigEndian.Uint16(frame[12:])
 	l3 := 14
-	for range 2 {
-		if proto != Ether8021Q && proto != Ether8021AD {
-			break
-		}
-		if l3+4 > len(frame) {
-			return d, false
-		}
-		proto = binary.BigEndian.Uint16(frame[l3+2:])
-		l3 += 4
-	}
 	var l4 int
 	switch proto {
 	case EtherIPv4:
@@ -46,11 +37,10 @@ func ParseUDP(frame []byte) (d Datagram, ok bool) {
 		if len(ip) < 20 {
 			return d, false
 		}
-		ihl := int(ip[0]&0x0f) * 4
-		if ip[9] != 17 || ihl < 20 || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
+		if ip[9] != 17 || ip[0]&0x0f != 5 || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
 			return d, false
 		}
-		l4 = l3 + ihl
+		l4 = l3 + 20
 		if l4+UDPHeaderLen > len(frame) {
 			return d, false
 		}

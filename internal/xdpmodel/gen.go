@@ -126,7 +126,9 @@ func (g *Gen) source(v6 bool) netip.AddrPort {
 	return g.pick(Known4, Known4, UserIDs, Keyed, Stranger, netip.MustParseAddrPort("198.18.1.1:5001"))
 }
 
-// spec is a random valid frame description.
+// spec is a random valid frame description: untagged and, over IPv4,
+// without options (the program leaves the others to the kernel: kinds
+// vlan and ipv4-options).
 func (g *Gen) spec() wire.Frame {
 	v6 := g.chance(0.35)
 	f := wire.Frame{
@@ -143,12 +145,6 @@ func (g *Gen) spec() wire.Frame {
 		if g.chance(0.2) {
 			f.Hdr.AuthKey = g.rng.Uint32()
 		}
-	}
-	if g.chance(0.2) {
-		f.VLANs = g.tags(1 + g.rng.IntN(2))
-	}
-	if !v6 && g.chance(0.15) {
-		f.IPOptions = g.ipOptions()
 	}
 	if !v6 && g.chance(0.1) {
 		f.NoUDPCsum = true
@@ -169,10 +165,29 @@ func (g *Gen) tags(n int) [][2]uint16 {
 	return t
 }
 
+// ipOptions makes IPv4 options, padded to whole words with NOPs: only
+// NOPs (valid, harmless), or one of those the kernel refuses or judges
+// (source routes, which it drops with accept_source_route off; a length
+// of 0 or one too short for the option) or accepts (router alert, a
+// timestamp with room).
 func (g *Gen) ipOptions() []byte {
-	o := make([]byte, 4*(1+g.rng.IntN(10)))
-	for i := range o {
-		o[i] = 1 // NOP
+	var o []byte
+	switch g.rng.IntN(7) {
+	case 0:
+		o = []byte{0x83, 7, 4, 198, 18, 1, 1} // LSRR
+	case 1:
+		o = []byte{0x89, 7, 4, 198, 18, 1, 1} // SSRR
+	case 2:
+		o = []byte{0x44, 0} // timestamp, length 0
+	case 3:
+		o = []byte{0x44, 2} // timestamp, length 2: no room for its pointer
+	case 4:
+		o = []byte{0x94, 4, 0, 0} // router alert
+	case 5:
+		o = []byte{0x44, 12, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0} // timestamp with room
+	}
+	for n := 4 * (1 + g.rng.IntN(10)); len(o) < n || len(o)%4 != 0; {
+		o = append(o, 1) // NOP
 	}
 	return o
 }
@@ -283,6 +298,8 @@ func (g *Gen) partialCsum() [][]byte {
 	return one(f)
 }
 
+// options makes IPv4 datagrams with options, which the program leaves to
+// the kernel whatever they are.
 func (g *Gen) options() [][]byte {
 	s := g.spec()
 	s.Src, s.Dst = g.source(false), g.dest(false)
@@ -325,11 +342,15 @@ func (g *Gen) extHeader() [][]byte {
 	return one(out)
 }
 
+// vlan makes frames behind one to three VLAN tags (802.1Q, 802.1ad, or
+// 0x9100, an old QinQ TPID, which is neither a tag nor IP to the program):
+// the program leaves every one to the kernel, which delivers a tagged
+// frame only through a VLAN device of its own.
 func (g *Gen) vlan() [][]byte {
 	s := g.spec()
-	s.VLANs = g.tags(1 + g.rng.IntN(3)) // three tags is one too many
+	s.VLANs = g.tags(1 + g.rng.IntN(3))
 	if g.chance(0.1) {
-		s.VLANs[0][0] = 0x9100 // an old QinQ TPID: not a tag to the program
+		s.VLANs[0][0] = 0x9100
 	}
 	return one(wire.Build(s))
 }

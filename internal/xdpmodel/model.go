@@ -46,9 +46,9 @@ const (
 	// reads through bpf_xdp_load_bytes. Run models a frame with this
 	// linear part; RunLinear takes another.
 	TestLinear = 3520
-	// MaxTestFrame is the longest frame the generator makes: an IPv6
-	// datagram of the longest UDP length (65535) behind two VLAN tags,
-	// well within a test run's 17 fragments of a page.
+	// MaxTestFrame bounds the frames the generator makes: an IPv6
+	// datagram of the longest UDP length (65535), and two VLAN tags'
+	// worth to spare, well within a test run's 17 fragments of a page.
 	MaxTestFrame = 14 + 8 + 40 + 65535
 	// MinFrame is the shortest frame a test run takes (an Ethernet
 	// header: no driver hands XDP less). The generator makes no shorter
@@ -130,8 +130,8 @@ func (t *Tables) RunLinear(frame []byte, linear int, ctx bpf.XDPMD) Result {
 		return r
 	}
 
-	// 1. A UDP datagram with its destination, or not ours: its headers
-	// in the linear part.
+	// 1. A UDP datagram with its destination, or not ours (VLAN-tagged
+	// frames and IPv4 options included): its headers in the linear part.
 	d, ok := wire.ParseUDP(frame[:linear])
 	if !ok {
 		return out(Pass, bpf.CounterPass)
@@ -284,31 +284,27 @@ func key(ap netip.AddrPort, family uint8) bpf.Addr {
 }
 
 // checkIP is check_ip: room for the UDP and xdpfab headers in the linear
-// part, then the version, for IPv4 the header checksum and the total
-// length, for IPv6 the payload length (both within the whole frame), then
-// the source. It returns the IP payload length, or the counter of the
-// failure.
+// part, then the version, for IPv4 the header checksum (a 20-byte header:
+// ParseUDP took no other) and the total length, for IPv6 the payload
+// length (both lengths within the whole frame), then the source. It
+// returns the IP payload length, or the counter of the failure.
 func checkIP(f []byte, linear int, d wire.Datagram) (ipLen int, bad bpf.Counter) {
 	l3 := d.L3Off
 	if d.L4Off+minUDPLen > linear {
 		return 0, bpf.CounterMalformed
 	}
 	if d.Family == wire.AFInet {
-		if l3+60 > linear { // implied by the line above
-			return 0, bpf.CounterMalformed
-		}
 		if f[l3]>>4 != 4 {
 			return 0, bpf.CounterMalformed
 		}
-		ihl := int(f[l3]&0x0f) * 4
-		if wire.Checksum16(f[l3:l3+ihl], 0) != 0xffff {
+		if wire.Checksum16(f[l3:l3+20], 0) != 0xffff {
 			return 0, bpf.CounterCsumError
 		}
 		tot := int(binary.BigEndian.Uint16(f[l3+2:]))
-		if l3+tot > len(f) || tot < ihl {
+		if tot < 20 || l3+tot > len(f) {
 			return 0, bpf.CounterMalformed
 		}
-		ipLen = tot - ihl
+		ipLen = tot - 20
 	} else {
 		if f[l3]>>4 != 6 {
 			return 0, bpf.CounterMalformed

@@ -101,6 +101,12 @@ func invariants(tb *xdpmodel.Tables, frame []byte, queue uint32, r xdpmodel.Resu
 	if !xdpmodel.DstUnicast(d.Dst.Addr()) || xdpmodel.SrcMartian(d.Src.Addr()) {
 		return fmt.Errorf("delivered from %v to %v", d.Src, d.Dst)
 	}
+	// Never tagged, never with IPv4 options (ParseUDP takes neither, and
+	// the frame must start as it says).
+	if et := binary.BigEndian.Uint16(frame[12:]); et != wire.EtherIPv4 && et != wire.EtherIPv6 ||
+		et == wire.EtherIPv4 && frame[14]&0x0f != 5 {
+		return fmt.Errorf("delivered a frame with ethertype %#04x, IP header % x", et, frame[14:15])
+	}
 	// The fixture has no entry for an IPv4-mapped IPv6 address (bpf.MakeAddr
 	// unmaps): the program sees such a destination as IPv6, no endpoint's.
 	if d.Dst.Addr().Is4In6() {
