@@ -87,10 +87,7 @@ type Agent struct {
 	neighs   neighState         // neighbour entries made for callers (neighops.go)
 
 	qmu sync.Mutex // serialises endpoint opens' queue arbitration
-	// entryMu guards entryLocks: per owner uid, a lock each insert into
-	// the owner's AVs holds from its quota check to its end.
-	entryMu    sync.Mutex
-	entryLocks map[uint32]*sync.Mutex
+	avl avLocks    // per AV name and per owner uid: AV changes (avops.go)
 	// lingering is frame memory of closed endpoints still charged (a.mu):
 	// linger.go.
 	lingering []lingerRec

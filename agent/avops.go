@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,10 +12,11 @@ import (
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
 )
 
 // namedAV returns the agent's handle on the named AV, opening it (it must
-// exist unless create).
+// exist).
 func (a *Agent) namedAV(name string) (*av.AV, error) {
 	// A name that cannot be an AV's is refused before it is looked for
 	// (or quoted in an error: ValidName quotes only names of valid length).
@@ -23,7 +25,7 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if v := a.avs[name]; v != nil {
+	if v := a.cachedAV(name); v != nil {
 		return v, nil
 	}
 	// Exists in the pinned maps (made by an earlier agent or process)?
@@ -42,11 +44,33 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 	return v, nil
 }
 
+// cachedAV returns the agent's open handle on the named AV, if it has one
+// that still works; a.mu held. A handle whose AV was destroyed outside the
+// agent (by a process with the library) is closed for good (its every
+// call is EOPBADSTATE, av.AV's begin): it is dropped, so that the name is
+// opened afresh, and an AV made again under it is found.
+func (a *Agent) cachedAV(name string) *av.AV {
+	v := a.avs[name]
+	if v == nil {
+		return nil
+	}
+	if _, err := v.Len(); !errors.Is(err, fi.EOPBADSTATE) {
+		return v
+	}
+	delete(a.avs, name)
+	if err := v.Close(); err != nil { // a closed handle: nothing to release
+		a.log.Warn("close the handle of a destroyed AV", "av", name, "err", err)
+	}
+	a.log.Info("AV destroyed outside the agent: its handle dropped", "av", name)
+	return nil
+}
+
 // mayWriteAV refuses a caller that may not change the named AV: admins
 // may change every AV; others the AVs they own (created) and those whose
 // group they are in. The owner is recorded with the AV in its pinned
 // meta, so it survives agent restarts; an AV made by a process outside the
-// agent belongs to that process's uid.
+// agent belongs to that process's uid. It is a first look, without the
+// name's lock; what changes an AV checks again with writableAV.
 func (a *Agent) mayWriteAV(who caller, what, name string) error {
 	if err := av.ValidName(name); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -58,10 +82,110 @@ func (a *Agent) mayWriteAV(who caller, what, name string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if o.UID == who.uid || o.Group != av.NoGroup && who.inGroup(o.Group) {
+	return a.mayWrite(who, what, name, o)
+}
+
+// mayWrite refuses who a change of the named AV, owned by o, unless it is
+// an admin, the owner or in the AV's group.
+func (a *Agent) mayWrite(who caller, what, name string, o av.Owner) error {
+	if a.admin(who) || o.UID == who.uid || o.Group != av.NoGroup && who.inGroup(o.Group) {
 		return nil
 	}
 	return fmt.Errorf("%s %q: uid %d is neither its owner (uid %d) nor in its group: %w", what, name, who.uid, o.UID, fi.EACCES)
+}
+
+// avRef is a named AV a request changes: the agent's handle and the owner
+// the caller's right was checked against.
+type avRef struct {
+	name  string
+	v     *av.AV
+	owner uint32
+}
+
+// avLocks serialise the agent's changes of AVs: per name, and per owner
+// for the owner's quotas.
+type avLocks struct {
+	mu     sync.Mutex
+	names  map[string]*nameLock
+	owners map[uint32]*sync.Mutex
+}
+
+type nameLock struct {
+	sync.Mutex
+	users int // requests holding or waiting for it
+}
+
+// lockName takes the named AV's lock, which av create, av destroy and
+// every change of the AV hold from the check of the caller's right to the
+// end of the change: no other request of the agent destroys the AV, or
+// makes another under its name, in between. (Checked first and changed
+// after under the name alone, an owner's second destroy passed its check
+// while its first ran, and destroyed the AV another uid made under the
+// name in between.) The names are valid AV names; a lock lives as long as
+// requests hold or wait for it.
+func (a *Agent) lockName(name string) (unlock func()) {
+	l := &a.avl
+	l.mu.Lock()
+	if l.names == nil {
+		l.names = map[string]*nameLock{}
+	}
+	nl := l.names[name]
+	if nl == nil {
+		nl = &nameLock{}
+		l.names[name] = nl
+	}
+	nl.users++
+	l.mu.Unlock()
+	nl.Lock()
+	return func() {
+		nl.Unlock()
+		l.mu.Lock()
+		if nl.users--; nl.users == 0 {
+			delete(l.names, name)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// lockOwner takes uid's quota lock, which every insert into uid's AVs and
+// every AV uid creates hold from their quota check to their end: the check
+// and the change are one step, so that parallel requests of one owner
+// from many connections cannot each pass against what the AVs held before
+// any of them ran. It is taken under a name's lock, never the other way.
+func (a *Agent) lockOwner(uid uint32) (unlock func()) {
+	l := &a.avl
+	l.mu.Lock()
+	if l.owners == nil {
+		l.owners = map[uint32]*sync.Mutex{}
+	}
+	m := l.owners[uid]
+	if m == nil {
+		m = new(sync.Mutex)
+		l.owners[uid] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// changeAV runs f on the named AV for who, under the name's lock, once
+// who's right is checked on the AV f gets (the meta of the handle's slot):
+// the AV checked is the AV changed.
+func (a *Agent) changeAV(who caller, what, name string, f func(avRef) error) error {
+	unlock := a.lockName(name)
+	defer unlock()
+	v, err := a.namedAV(name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var m bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(v.ID(), &m); err != nil || m.InUse == 0 || m.NameString() != name {
+		return fmt.Errorf("%s %q: no such AV: %w", what, name, fi.ENOENT)
+	}
+	if err := a.mayWrite(who, what, name, av.Owner{UID: m.OwnerUid, Group: m.GroupGid}); err != nil {
+		return err
+	}
+	return f(avRef{name: name, v: v, owner: m.OwnerUid})
 }
 
 // mayReopen refuses av create of the named AV, which exists, to a caller
@@ -88,58 +212,102 @@ func (a *Agent) mayReopen(who caller, name string) error {
 		name, o.UID, group, who.uid, fi.EEXIST)
 }
 
-// ownedNames lists the named AVs uid owns, from their pinned meta.
-func (a *Agent) ownedNames(uid uint32) []string {
-	var names []string
+// countAVs counts the named AVs uid owns, and those every uid but root
+// owns together.
+func (a *Agent) countAVs(uid uint32) (own, users int) {
 	av.Slots(a.dp, func(_ uint32, m *bpf.AVMeta) {
-		if name := m.NameString(); name != "" && m.OwnerUid == uid {
-			names = append(names, name)
+		if m.NameString() == "" {
+			return
+		}
+		if m.OwnerUid == uid {
+			own++
+		}
+		if m.OwnerUid != 0 {
+			users++
 		}
 	})
-	return names
+	return own, users
 }
 
-// ownedBy counts the named AVs uid owns.
-func (a *Agent) ownedBy(uid uint32) int { return len(a.ownedNames(uid)) }
+// tableHeader reads the header of AV id's table: its room (Cap), entries
+// (Live) and high mark (High).
+func (a *Agent) tableHeader(id uint32) (bpf.AVHdr, error) {
+	var hdr bpf.AVHdr
+	m, _, err := a.dp.OpenAVTableMap(id, true)
+	if err != nil {
+		return hdr, err
+	}
+	defer m.Close()
+	var page [bpf.AVPage]byte
+	if err := m.Lookup(uint32(0), &page); err != nil {
+		return hdr, fmt.Errorf("read AV table %d: %w", id, err)
+	}
+	_, err = binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
+	return hdr, err
+}
 
-// reserveEntries refuses an insert of up to n addresses into the named AV
-// when the entries of all the AVs its owner owns would exceed the owner's
-// quota (Limits.EntriesPerUID; root's AVs are not counted). Otherwise it
-// returns holding the owner's insert lock, which the caller releases
-// (the release it returns) once its insert is done: the check and the
-// insert are one step, so that parallel inserts of one owner from many
-// connections cannot each pass against what the AVs held before any of
-// them ran. Entries count against the AV's owner whoever inserts them, as
-// a file's blocks count against its owner.
-func (a *Agent) reserveEntries(what, name string, n int) (release func(), err error) {
-	o, err := av.OwnerOf(a.dp, name)
-	if err != nil || o.UID == 0 {
-		return func() {}, nil // the insert itself reports a missing AV
-	}
-	a.entryMu.Lock()
-	if a.entryLocks == nil {
-		a.entryLocks = map[uint32]*sync.Mutex{}
-	}
-	l := a.entryLocks[o.UID]
-	if l == nil {
-		l = new(sync.Mutex)
-		a.entryLocks[o.UID] = l
-	}
-	a.entryMu.Unlock()
-	l.Lock()
-	used := 0
-	for _, owned := range a.ownedNames(o.UID) {
-		if v, err := a.namedAV(owned); err == nil {
-			k, _ := v.Len()
-			used += k
+// holdings sums the entries and the table room of the named AVs uid owns,
+// but AV skip's.
+func (a *Agent) holdings(uid, skip uint32) (entries, room int) {
+	av.Slots(a.dp, func(id uint32, m *bpf.AVMeta) {
+		if id == skip || m.OwnerUid != uid || m.NameString() == "" {
+			return
 		}
+		if h, err := a.tableHeader(id); err == nil {
+			entries += int(h.Live)
+			room += int(h.Cap)
+		}
+	})
+	return entries, room
+}
+
+// roomAfter is the room of a table with header h once n more entries are
+// in it: they take the indices free below its high mark first, then new
+// ones past it, and the table doubles whenever an index is past its room
+// (av's place). Entries the AV refuses (duplicates) take none: the
+// estimate is an upper bound.
+func roomAfter(h bpf.AVHdr, n int) int {
+	room := max(int(h.Cap), minTableRoom)
+	holes := max(0, int(h.High)-int(h.Live))
+	for top := int(h.High) + n - holes; room < top; {
+		room *= 2
 	}
-	if q := a.cfg.Limits.EntriesPerUID; used+n > q {
-		l.Unlock()
+	return room
+}
+
+// reserveEntries refuses an insert of up to n addresses into the AV ref
+// when the entries of all the AVs its owner owns would exceed the owner's
+// quota (Limits.EntriesPerUID), or the room of their tables, which the
+// insert may grow, the owner's room quota (Limits.AVRoomPerUID); root's
+// AVs are not counted. Otherwise it returns holding the owner's quota lock
+// (lockOwner), which the caller releases once its insert is done. Entries
+// and room count against the AV's owner whoever inserts them, as a file's
+// blocks count against its owner.
+func (a *Agent) reserveEntries(what string, ref avRef, n int) (release func(), err error) {
+	if ref.owner == 0 {
+		return func() {}, nil
+	}
+	unlock := a.lockOwner(ref.owner)
+	h, err := a.tableHeader(ref.v.ID())
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("%s %q: %w", what, ref.name, err)
+	}
+	entries, room := a.holdings(ref.owner, ref.v.ID())
+	entries += int(h.Live)
+	grown := roomAfter(h, n)
+	switch l := a.cfg.Limits; {
+	case entries+n > l.EntriesPerUID:
+		unlock()
 		return nil, fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",
-			what, name, o.UID, used, n, q, fi.EDQUOT)
+			what, ref.name, ref.owner, entries, n, l.EntriesPerUID, fi.EDQUOT)
+	case room+grown > l.AVRoomPerUID:
+		unlock()
+		return nil, fmt.Errorf("%s %q: the tables of its owner's (uid %d) AVs would have room for %d indices with %d more entries, "+
+			"over the quota of %d (a table is kernel memory the size of its room, and doubles when it fills): %w",
+			what, ref.name, ref.owner, room+grown, n, l.AVRoomPerUID, fi.EDQUOT)
 	}
-	return l.Unlock, nil
+	return unlock, nil
 }
 
 // avGroup resolves an AV's group for its creator: a group the creator is
@@ -183,10 +351,9 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.
 	if args.UserID {
 		attr.Flags |= fi.AVUserID
 	}
-	a.mu.Lock()
-	exists := a.avs[args.Name] != nil || av.Exists(a.dp, args.Name)
-	a.mu.Unlock()
-	if exists {
+	unlock := a.lockName(args.Name)
+	defer unlock()
+	if av.Exists(a.dp, args.Name) {
 		return a.avReopen(who, attr, rec)
 	}
 	gid, err := a.avGroup(who, args.Group)
@@ -194,25 +361,37 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.
 		return ctl.AVInfo{}, err
 	}
 	attr.Owner = &av.Owner{UID: who.uid, Group: gid}
-	if q := a.cfg.Limits.EntriesPerUID; !who.root() && attr.Count > q {
-		// The count is a hint (the table grows past it), and the table is
-		// locked kernel memory the size of the hint from the start (~56 B
-		// per index): an owner that may hold q entries in all its AVs gets
-		// an AV sized for at most q to start with.
-		attr.Count = q
+	if !who.root() {
+		unlock := a.lockOwner(who.uid)
+		defer unlock()
+		if err := a.reserveTable(who.uid, &attr); err != nil {
+			return ctl.AVInfo{}, err
+		}
 	}
 	a.mu.Lock()
-	if a.avs[args.Name] != nil || av.Exists(a.dp, args.Name) {
-		// Made meanwhile by another request: as if it had been there.
+	if av.Exists(a.dp, args.Name) {
+		// Made meanwhile by a process with the library: as if it had
+		// been there.
 		a.mu.Unlock()
 		attr.Owner, attr.Count = nil, args.Count
 		return a.avReopen(who, attr, rec)
 	}
-	// Creating one counts against the caller's quota.
-	if !who.root() && a.ownedBy(who.uid) >= a.cfg.Limits.AVsPerUID {
-		a.mu.Unlock()
-		return ctl.AVInfo{}, fmt.Errorf("av create %q: uid %d owns %d AVs, its quota: %w", args.Name, who.uid, a.ownedBy(who.uid), fi.EDQUOT)
+	// Creating one counts against the caller's quota, and the AVs of every
+	// uid but root against the node's share for them (root and admins
+	// keep the rest).
+	if !who.root() {
+		own, users := a.countAVs(who.uid)
+		switch {
+		case own >= a.cfg.Limits.AVsPerUID:
+			a.mu.Unlock()
+			return ctl.AVInfo{}, fmt.Errorf("av create %q: uid %d owns %d AVs, its quota: %w", args.Name, who.uid, own, fi.EDQUOT)
+		case users >= a.userAVs() && !a.admin(who):
+			a.mu.Unlock()
+			return ctl.AVInfo{}, fmt.Errorf("av create %q: uids other than root own %d AVs, as many as the agent lets them (the other AV slots are kept for root and admins): %w",
+				args.Name, users, fi.EAGAIN)
+		}
 	}
+	a.cachedAV(args.Name) // drops the handle of an AV of the name destroyed outside the agent
 	v, err := av.Open(a.dp, &attr)
 	if err != nil {
 		a.mu.Unlock()
@@ -222,6 +401,29 @@ func (a *Agent) avCreate(who caller, args ctl.AVCreateArgs, rec *auditRec) (ctl.
 	a.mu.Unlock()
 	rec.add("created", true)
 	return a.avInfo(args.Name)
+}
+
+// reserveTable refuses a new AV of uid's whose table, sized by its count
+// hint, would take the tables of uid's AVs past its room quota
+// (Limits.AVRoomPerUID): the table is kernel memory the size of the hint
+// from the start (~56 B an index), entries or not. A hint past the entry
+// quota (Limits.EntriesPerUID) is cut to it first: no more can ever be in
+// the AV.
+func (a *Agent) reserveTable(uid uint32, attr *av.Attr) error {
+	l := a.cfg.Limits
+	attr.Count = min(attr.Count, l.EntriesPerUID)
+	hint := uint32(attr.Count)
+	if n := a.dp.Config().AVEntries; n > 0 {
+		hint = min(hint, n) // av caps it the same way
+	}
+	_, room, _ := avtab.Lines(hint)
+	_, held := a.holdings(uid, 0)
+	if held+int(room) > l.AVRoomPerUID {
+		return fmt.Errorf("av create %q: count %d makes a table with room for %d indices; the tables of uid %d's AVs have room for %d, "+
+			"its quota is %d (a table is kernel memory the size of its room: ask for a smaller count, the table grows as entries come): %w",
+			attr.Name, attr.Count, room, uid, held, l.AVRoomPerUID, fi.EDQUOT)
+	}
+	return nil
 }
 
 // avReopen is av create of an AV that exists: opened, as fi_av_open opens
@@ -277,19 +479,16 @@ const maxPerCall = 16384
 // listPage bounds one page of av.list: an entry is about 130 bytes of JSON.
 const listPage = 4096
 
-func (a *Agent) avInsert(args ctl.AVInsertArgs, rec *auditRec) (ctl.InsertResult, error) {
+func (a *Agent) avInsert(ref avRef, args ctl.AVInsertArgs, rec *auditRec) (ctl.InsertResult, error) {
 	rec.add("addrs", len(args.Addrs), "user_ids", args.UserIDs != nil)
-	v, err := a.namedAV(args.Name)
-	if err != nil {
-		return ctl.InsertResult{}, err
-	}
+	v := ref.v
 	if len(args.Addrs) > maxPerCall {
 		return ctl.InsertResult{}, fmt.Errorf("av insert: %d addresses in one request, at most %d: %w", len(args.Addrs), maxPerCall, fi.EINVAL)
 	}
 	if args.UserIDs != nil && len(args.UserIDs) != len(args.Addrs) {
 		return ctl.InsertResult{}, fmt.Errorf("av insert: %d user IDs for %d addresses: %w", len(args.UserIDs), len(args.Addrs), fi.EINVAL)
 	}
-	release, err := a.reserveEntries("av insert", args.Name, len(args.Addrs))
+	release, err := a.reserveEntries("av insert", ref, len(args.Addrs))
 	if err != nil {
 		return ctl.InsertResult{}, err
 	}
@@ -355,42 +554,9 @@ func toAddrStr(s string) (string, bool) {
 	return s, true // InsertStr fails it; the errno becomes EINVAL
 }
 
-func (a *Agent) avInsertSym(args ctl.AVInsertSymArgs, rec *auditRec) (ctl.InsertResult, error) {
-	rec.add("nodes", args.NodeCnt, "services", args.SvcCnt)
-	v, err := a.namedAV(args.Name)
-	if err != nil {
-		return ctl.InsertResult{}, err
-	}
-	if args.NodeCnt < 0 || args.SvcCnt < 0 {
-		return ctl.InsertResult{}, fmt.Errorf("av insertsym: node count %d, service count %d: %w", args.NodeCnt, args.SvcCnt, fi.EINVAL)
-	}
-	nodes, svcs := args.NodeCnt, args.SvcCnt // 0 inserts nothing, as fi_av_insertsym
-	if nodes > maxPerCall || svcs > maxPerCall || nodes*svcs > maxPerCall {
-		return ctl.InsertResult{}, fmt.Errorf("av insertsym: %d x %d addresses in one request, at most %d (split the range): %w",
-			nodes, svcs, maxPerCall, fi.EINVAL)
-	}
-	release, err := a.reserveEntries("av insertsym", args.Name, nodes*svcs)
-	if err != nil {
-		return ctl.InsertResult{}, err
-	}
-	defer release()
-	r := ctl.InsertResult{FiAddrs: make([]fi.Addr, nodes*svcs), Errnos: make([]fi.Errno, nodes*svcs)}
-	n, err := v.InsertSym(args.Node, nodes, args.Service, svcs, r.FiAddrs, args.Flags|fi.SyncErr, r.Errnos)
-	r.Inserted = n
-	if err != nil && !partial(err) {
-		return ctl.InsertResult{}, err
-	}
-	insertOutcome(rec, r)
-	return r, nil
-}
-
-func (a *Agent) avRemove(args ctl.AVRemoveArgs, rec *auditRec) error {
+func (a *Agent) avRemove(ref avRef, args ctl.AVRemoveArgs, rec *auditRec) error {
 	rec.add("fi_addrs", len(args.FiAddrs))
-	v, err := a.namedAV(args.Name)
-	if err != nil {
-		return err
-	}
-	return v.Remove(args.FiAddrs, 0)
+	return ref.v.Remove(args.FiAddrs, 0)
 }
 
 func (a *Agent) avLookup(args ctl.AVLookupArgs) (ctl.AVEntry, error) {
@@ -439,14 +605,15 @@ func (a *Agent) avList(args ctl.AVListArgs) (ctl.AVInfo, error) {
 	if args.Limit <= 0 || args.Limit > listPage {
 		args.Limit = listPage
 	}
-	list, err := v.Entries()
+	// The page alone: the entries of the other pages are not built (a
+	// listing of N entries fetched page by page is O(N), not O(N^2)).
+	list, total, err := v.EntriesPage(args.Offset, args.Limit)
 	if err != nil {
-		return info, err
+		return info, fmt.Errorf("av list: %w", err)
 	}
-	if args.Offset < 0 || args.Offset > len(list) {
-		return info, fmt.Errorf("av list: offset %d of %d entries: %w", args.Offset, len(list), fi.EINVAL)
-	}
-	for _, x := range list[args.Offset:min(len(list), args.Offset+args.Limit)] {
+	info.Entries = total
+	info.List = make([]ctl.AVEntry, 0, len(list))
+	for _, x := range list {
 		info.List = append(info.List, toEntry(x))
 	}
 	return info, nil
@@ -465,17 +632,15 @@ func (a *Agent) avStrAddr(args ctl.StrAddrArgs) (string, error) {
 	return string(buf[:min(n, len(buf))-1]), nil
 }
 
-func (a *Agent) avSetUserID(args ctl.AVSetUserIDArgs, _ *auditRec) error {
-	v, err := a.namedAV(args.Name)
-	if err != nil {
-		return err
-	}
-	return v.SetUserID(args.FiAddr, args.UserID, 0)
+func (a *Agent) avSetUserID(ref avRef, args ctl.AVSetUserIDArgs, _ *auditRec) error {
+	return ref.v.SetUserID(args.FiAddr, args.UserID, 0)
 }
 
 // avDestroy closes the agent's handle and destroys the AV under a.mu, so
-// no request reopens it (or binds an endpoint to it) in between.
-func (a *Agent) avDestroy(name string, rec *auditRec) error {
+// no request reopens it (or binds an endpoint to it) in between; the
+// caller holds the name's lock (changeAV).
+func (a *Agent) avDestroy(ref avRef, rec *auditRec) error {
+	name := ref.name
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if v := a.avs[name]; v != nil {

@@ -71,7 +71,13 @@ func (a *Agent) reserveEP(uid uint32, umem int64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	u, l := a.usageOf(uid), a.cfg.Limits
+	eps, all := a.usersHold()
 	switch {
+	case uid != 0 && eps >= a.userEndpoints():
+		return fmt.Errorf("ep open: the agent holds %d endpoints for uids other than root, its limit: %w", eps, fi.EAGAIN)
+	case uid != 0 && all+umem > l.UMEMBytes:
+		return fmt.Errorf("ep open: the agent holds %d bytes of frame memory for uids other than root, %d more exceed its limit of %d: %w",
+			all, umem, l.UMEMBytes, fi.EAGAIN)
 	case u.endpoints >= l.EndpointsPerUID:
 		return fmt.Errorf("ep open: uid %d holds %d endpoints, its quota: %w", uid, u.endpoints, fi.EDQUOT)
 	case u.umem+umem > l.UMEMBytesPerUID && u.lingering > 0:
@@ -103,6 +109,10 @@ func (a *Agent) reserveUMEM(uid uint32, umem int64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	u, l := a.usageOf(uid), a.cfg.Limits
+	if _, all := a.usersHold(); uid != 0 && all+umem > l.UMEMBytes {
+		return fmt.Errorf("ep open: the agent holds %d bytes of frame memory for uids other than root, a sharing domain's %d more exceed its limit of %d: %w",
+			all, umem, l.UMEMBytes, fi.EAGAIN)
+	}
 	if u.umem+umem > l.UMEMBytesPerUID {
 		return fmt.Errorf("ep open: uid %d holds %d bytes of frame memory, a sharing domain's %d more exceed its quota of %d: %w",
 			uid, u.umem, umem, l.UMEMBytesPerUID, fi.EDQUOT)

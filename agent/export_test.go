@@ -1,5 +1,11 @@
 package agent
 
+import (
+	"context"
+	"net/netip"
+	"time"
+)
+
 // SetRefuseRights makes the agents started from now on ask the kernel to
 // refuse the descriptors clients send (SO_PASSRIGHTS), or not, as on a
 // kernel without it; it returns the previous setting.
@@ -14,4 +20,16 @@ func SetRefuseRights(on bool) bool {
 func StraysPending() int {
 	queued, workers := strays.pending()
 	return queued + workers
+}
+
+// SetLookupHost makes av insertsym resolve host names with fn, and bounds
+// a request's resolution by timeout (0: as it is); the returned function
+// restores both.
+func SetLookupHost(fn func(ctx context.Context, host string) ([]netip.Addr, error), timeout time.Duration) (restore func()) {
+	was, wasTimeout := lookupHost, resolveTimeout
+	lookupHost = fn
+	if timeout > 0 {
+		resolveTimeout = timeout
+	}
+	return func() { lookupHost, resolveTimeout = was, wasTimeout }
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/avtab"
+	"golang.org/x/sys/unix"
 )
 
 // Limits bound what callers may ask of the agent and hold at once. Every
@@ -23,11 +25,32 @@ type Limits struct {
 	// UMEMBytesPerUID bounds the frame memory (UMEM) of one uid's
 	// endpoints together.
 	UMEMBytesPerUID int64
+	// Endpoints, UMEMBytes and Channels bound what uids other than root
+	// hold together: endpoints, their frame memory, same-host channels.
+	// The per-uid quotas alone would not split the node: a member with
+	// subordinate uids (newuidmap) multiplies them. Zero: three quarters
+	// of the endpoint table (the rest is root's, which is not refused),
+	// half the node's memory, 8192 channels.
+	Endpoints int
+	UMEMBytes int64
+	Channels  int
 	// Frames, RingSize and RxContexts bound one endpoint's request.
 	Frames, RingSize, RxContexts int
 	// AVsPerUID bounds the named AVs one uid owns, EntriesPerUID the
 	// entries in them together.
 	AVsPerUID, EntriesPerUID int
+	// AVRoomPerUID bounds the room (indices) of the tables of the named
+	// AVs one uid owns together: a table is locked kernel memory the size
+	// of its room (~56 B an index) from the start (its count hint) and
+	// as it grows, however few entries it holds. Zero: twice
+	// EntriesPerUID (a table doubles when it fills) plus the smallest
+	// table (64 indices) for each of AVsPerUID.
+	AVRoomPerUID int
+	// AVs bounds the named AVs uids other than root own together, so
+	// that root and the admin group (who are not refused) always find a
+	// free AV slot. Zero: three quarters of the node's AV slots
+	// (loader.Config.MaxAVs).
+	AVs int
 	// AVCount bounds an AV's count hint (fi_av_attr count).
 	AVCount int
 	// Ports is the range of UDP ports applications may claim for
@@ -81,11 +104,16 @@ func (l *Limits) defaults() {
 	set(&l.AVsPerUID, d.AVsPerUID)
 	set(&l.EntriesPerUID, d.EntriesPerUID)
 	set(&l.AVCount, d.AVCount)
+	set(&l.AVRoomPerUID, 2*l.EntriesPerUID+l.AVsPerUID*minTableRoom)
+	set(&l.Channels, DefaultChannels)
 	set(&l.DomainSlots, d.DomainSlots)
 	set(&l.DomainRxFrames, d.DomainRxFrames)
 	set(&l.DomainTxFrames, d.DomainTxFrames)
 	if l.UMEMBytesPerUID == 0 {
 		l.UMEMBytesPerUID = d.UMEMBytesPerUID
+	}
+	if l.UMEMBytes == 0 {
+		l.UMEMBytes = max(nodeMemory()/2, l.UMEMBytesPerUID)
 	}
 	if l.Ports == (PortRange{}) {
 		l.Ports = d.Ports
@@ -104,7 +132,9 @@ func (l *Limits) validate() error {
 		"frames": int64(l.Frames), "ring size": int64(l.RingSize), "receive contexts": int64(l.RxContexts),
 		"AVs per uid": int64(l.AVsPerUID), "entries per uid": int64(l.EntriesPerUID), "AV count": int64(l.AVCount),
 		"domain slots": int64(l.DomainSlots), "domain rx frames": int64(l.DomainRxFrames), "domain tx frames": int64(l.DomainTxFrames),
-		"neighbors": int64(l.Neighbors), "neighbors per uid": int64(l.NeighborsPerUID)} {
+		"neighbors": int64(l.Neighbors), "neighbors per uid": int64(l.NeighborsPerUID),
+		"endpoints": int64(l.Endpoints), "UMEM bytes": l.UMEMBytes, "channels": int64(l.Channels),
+		"AV room per uid": int64(l.AVRoomPerUID), "AVs": int64(l.AVs)} {
 		if v < 0 {
 			return fmt.Errorf("agent: limit %s is negative (%d): %w", name, v, fi.EINVAL)
 		}
@@ -135,6 +165,50 @@ func ParsePortRange(s string) (PortRange, error) {
 		return PortRange{}, fmt.Errorf("port range %q: want LOW-HIGH within 1-65535: %w", s, fi.EINVAL)
 	}
 	return PortRange{uint16(a), uint16(b)}, nil
+}
+
+// DefaultChannels is Limits.Channels' default: the channels of two uids
+// whose 64 endpoints each send on 64.
+const DefaultChannels = 8192
+
+// minTableRoom is the room of the smallest AV table (avtab.Lines).
+var minTableRoom = func() int { _, c, _ := avtab.Lines(0); return int(c) }()
+
+// nodeMemory is the node's physical memory in bytes (1 GiB if unknown).
+func nodeMemory() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil || si.Totalram == 0 {
+		return 1 << 30
+	}
+	return int64(si.Totalram) * int64(max(si.Unit, 1))
+}
+
+// userAVs is Limits.AVs, or its default once the maps are loaded.
+func (a *Agent) userAVs() int {
+	if n := a.cfg.Limits.AVs; n > 0 {
+		return n
+	}
+	return max(1, int(a.dp.AVMeta.MaxEntries())*3/4)
+}
+
+// userEndpoints is Limits.Endpoints, or its default once the maps are
+// loaded.
+func (a *Agent) userEndpoints() int {
+	if n := a.cfg.Limits.Endpoints; n > 0 {
+		return n
+	}
+	return max(1, int(a.dp.EP.MaxEntries())*3/4)
+}
+
+// usersHold sums what uids other than root hold; a.mu held.
+func (a *Agent) usersHold() (endpoints int, umem int64) {
+	for uid, u := range a.usage {
+		if uid != 0 {
+			endpoints += u.endpoints
+			umem += u.umem
+		}
+	}
+	return endpoints, umem
 }
 
 // usage is what one uid holds through the agent.

@@ -23,6 +23,9 @@ type localState struct {
 	mu   sync.Mutex
 	next uint64
 	eps  map[uint32]*localEP
+	// users counts the channels set up for senders other than root
+	// (Limits.Channels).
+	users int
 	// Duplicates of descriptors sent in a connection's last reply: closed
 	// at its next same-host request or when it ends (a reply is written
 	// after its handler returns, when another connection may have closed
@@ -45,6 +48,7 @@ type localChan struct {
 	ch       *ep.LocalChannel
 	info     ep.LocalChannelInfo
 	from, to *localEP
+	user     bool // counted in localState.users
 }
 
 // localEndpoint returns what the agent knows of endpoint id of cn, or
@@ -183,19 +187,26 @@ func (a *Agent) localConnect(cn *conn, args ctl.LocalConnectArgs, rec *auditRec)
 	case cn.who.uid != to.cn.who.uid && foreignIn(to, cn.who.uid) >= maxForeignIn:
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: the endpoint at %v receives on %d same-host channels from uid %d, "+
 			"the most one other uid may hold towards it: %w", dest, maxForeignIn, cn.who.uid, fi.EDQUOT)
+	case !cn.who.root() && l.users >= a.cfg.Limits.Channels:
+		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: the agent holds %d same-host channels for uids other than root, its limit: %w",
+			l.users, fi.EAGAIN)
 	}
 	ch, slots, slotSize, err := ep.NewLocalChannel(maxMsg)
 	if err != nil {
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: %w", err)
 	}
 	l.next++
-	c := &localChan{ch: ch, from: from, to: to, info: ep.LocalChannelInfo{ID: l.next, Src: ep.ShmSource(local, dest), Dest: dest, Slots: slots, SlotSize: slotSize}}
+	c := &localChan{ch: ch, from: from, to: to, user: !cn.who.root(),
+		info: ep.LocalChannelInfo{ID: l.next, Src: ep.ShmSource(local, dest), Dest: dest, Slots: slots, SlotSize: slotSize}}
 	fds, err := l.replyWriter(cn, ch.FD(), to.bell)
 	if err != nil {
 		ch.Close()
 		return ep.LocalChannelInfo{}, nil, fmt.Errorf("local connect: %w", err)
 	}
 	l.eps[args.ID] = from
+	if c.user {
+		l.users++
+	}
 	from.out = append(from.out, c)
 	to.in = append(to.in, c)
 	to.pending = append(to.pending, c)
@@ -310,6 +321,9 @@ func (l *localState) dropLocked(id uint32) {
 			continue
 		}
 		seen[c] = true
+		if c.user {
+			l.users--
+		}
 		c.ch.Shut()
 		other := c.to
 		if other == le {

@@ -105,18 +105,28 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	a.collectEndpoints(ch)
 }
 
+// maxScrapes bounds the scrapes served at once; more are answered 503
+// at once. The endpoint answers whoever reaches its address (by default
+// every local user, not only the socket's group), and each scrape reads
+// every map and named AV: a user that scrapes in a loop from many
+// connections costs the agent at most this many collections at a time.
+const maxScrapes = 2
+
 func (a *Agent) serveMetrics() error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(a),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes}))
 	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("agent: metrics on %s: %w", a.cfg.MetricsAddr, err)
 	}
-	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// A scraper that does not read its answer holds one of the scrapes
+	// at most WriteTimeout; idle connections go after IdleTimeout.
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
 	a.metricsAddr = ln.Addr().String()
 	go a.http.Serve(ln)
 	a.log.Info("metrics", "url", "http://"+a.metricsAddr+"/metrics")

@@ -2,16 +2,20 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/xdpfab/xdpfab/bpf"
+	"github.com/xdpfab/xdpfab/client"
+	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 )
 
@@ -123,4 +127,61 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Whoever reaches the metrics address may scrape (by default every local
+// user, not only the socket's group), and each scrape reads every map and
+// named AV: the agent runs two collections at a time and answers the
+// other scrapes 503 at once (it used to run one for every connection that
+// asked). 64 scrapes at once get both answers.
+func TestMetricsScrapesBounded(t *testing.T) {
+	a, bed, sock := inProcessAgent(t)
+	root, err := client.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for i := range 32 { // something to collect
+		if _, err := root.AVCreate(ctl.AVCreateArgs{Name: fmt.Sprintf("m%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return bed.A.Dial(network, addr)
+	}}}
+	defer hc.CloseIdleConnections()
+	ok, busy := 0, 0
+	for round := 0; round < 5 && busy == 0; round++ {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 64 {
+			wg.Go(func() {
+				<-start
+				resp, err := hc.Get("http://" + a.MetricsAddr() + "/metrics")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				defer mu.Unlock()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok++
+				case http.StatusServiceUnavailable:
+					busy++
+				default:
+					t.Errorf("scrape: %s", resp.Status)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	if ok == 0 || busy == 0 {
+		t.Errorf("64 scrapes at once: %d answered, %d refused (503); want both", ok, busy)
+	}
+	t.Logf("%d answered, %d refused", ok, busy)
 }

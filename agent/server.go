@@ -395,22 +395,26 @@ func plain[A, R any](op ctl.Op[A, R], f func(args A) (R, error)) (string, handle
 }
 
 // writeAV guards an audited handler that changes the AV its arguments
-// name: the caller must be allowed to write it (mayWriteAV).
-func writeAV[A, R any](a *Agent, what string, name func(A) string, f func(A, *auditRec) (R, error)) func(*conn, A, *auditRec) (R, []int, error) {
+// name: the caller must be allowed to write it (mayWriteAV, at once, then
+// again on the AV f changes, under the name's lock: changeAV).
+func writeAV[A, R any](a *Agent, what string, name func(A) string, f func(avRef, A, *auditRec) (R, error)) func(*conn, A, *auditRec) (R, []int, error) {
 	return func(cn *conn, args A, rec *auditRec) (R, []int, error) {
+		var r R
 		rec.add("av", clean(name(args)))
 		if err := a.mayWriteAV(cn.who, what, name(args)); err != nil {
-			var zero R
-			return zero, nil, err
+			return r, nil, err
 		}
-		r, err := f(args, rec)
+		err := a.changeAV(cn.who, what, name(args), func(ref avRef) (err error) {
+			r, err = f(ref, args, rec)
+			return err
+		})
 		return r, nil, err
 	}
 }
 
 // none adapts an audited function without result to a handler body.
-func none[A any](f func(A, *auditRec) error) func(A, *auditRec) (ctl.None, error) {
-	return func(args A, rec *auditRec) (ctl.None, error) { return ctl.None{}, f(args, rec) }
+func none[A any](f func(avRef, A, *auditRec) error) func(avRef, A, *auditRec) (ctl.None, error) {
+	return func(ref avRef, args A, rec *auditRec) (ctl.None, error) { return ctl.None{}, f(ref, args, rec) }
 }
 
 // handlerTable is the agent's dispatch table: one entry per operation.
@@ -431,15 +435,18 @@ func (a *Agent) handlerTable() map[string]handler {
 		return r, nil, err
 	}))
 	add(audited(a, ctl.OpAVInsert, writeAV(a, "av insert", func(args ctl.AVInsertArgs) string { return args.Name }, a.avInsert)))
-	add(audited(a, ctl.OpAVInsertSym, writeAV(a, "av insertsym", func(args ctl.AVInsertSymArgs) string { return args.Name }, a.avInsertSym)))
+	add(audited(a, ctl.OpAVInsertSym, func(cn *conn, args ctl.AVInsertSymArgs, rec *auditRec) (ctl.InsertResult, []int, error) {
+		r, err := a.avInsertSym(cn.who, args, rec) // resolves host names before it takes the AV's locks
+		return r, nil, err
+	}))
 	add(audited(a, ctl.OpAVRemove, writeAV(a, "av remove", func(args ctl.AVRemoveArgs) string { return args.Name }, none(a.avRemove))))
 	add(plain(ctl.OpAVLookup, a.avLookup))
 	add(plain(ctl.OpAVList, a.avList))
 	add(plain(ctl.OpAVStrAddr, a.avStrAddr))
 	add(audited(a, ctl.OpAVSetUserID, writeAV(a, "av set-user-id", func(args ctl.AVSetUserIDArgs) string { return args.Name }, none(a.avSetUserID))))
 	add(audited(a, ctl.OpAVDestroy, writeAV(a, "av destroy", func(args ctl.AVNameArgs) string { return args.Name },
-		func(args ctl.AVNameArgs, rec *auditRec) (ctl.None, error) {
-			return ctl.None{}, a.avDestroy(args.Name, rec)
+		func(ref avRef, _ ctl.AVNameArgs, rec *auditRec) (ctl.None, error) {
+			return ctl.None{}, a.avDestroy(ref, rec)
 		})))
 	add(audited(a, ctl.OpEPOpen, a.epOpen))
 	add(audited(a, ctl.OpEPClose, func(cn *conn, args ctl.EPCloseArgs, rec *auditRec) (ctl.None, []int, error) {

@@ -18,7 +18,10 @@ func agentCommand(e *env) *cobra.Command {
 		mode, pinRoot, socket, group, metrics  string
 		logFormat, logLevel, adminGroup, ports string
 		detach                                 bool
-		avEntries                              uint32
+		avEntries, maxAVs                      uint32
+		userAVs, epsTotal, chansTotal          int
+		neighTotal, neighPerUID                int
+		umemTotal                              int64
 		gcEvery                                time.Duration
 		shareGroups                            []string
 		domSlots, domRx, domTx                 int
@@ -56,7 +59,14 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 	f.StringVar(&adminGroup, "admin-group", "", "group (name or number) whose members may detach and change every AV, besides root")
 	f.DurationVar(&gcEvery, "gc-interval", 5*time.Second, "how often to reclaim what dead processes left in the maps (endpoints, AVs, reserved capacity)")
 	f.StringVar(&ports, "ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")
+	f.Uint32Var(&maxAVs, "max-avs", 0, "AV slots of the node, named and anonymous AVs together (0: the default, 256; must match pinned maps)")
+	f.IntVar(&userAVs, "user-avs", 0, "named AVs uids other than root may own together; the other slots are kept for root and --admin-group (0: three quarters of --max-avs)")
 	f.Int64Var(&umemPerUID, "umem-per-uid", agent.DefaultLimits.UMEMBytesPerUID, "bytes of frame memory (UMEM, pinned) one uid's endpoints and sharing domains may hold")
+	f.Int64Var(&umemTotal, "umem-total", 0, "bytes of frame memory (UMEM, pinned) the endpoints and sharing domains of all uids but root may hold together (0: half the node's memory)")
+	f.IntVar(&epsTotal, "endpoints-total", 0, "endpoints all uids but root may hold together (0: three quarters of the endpoint table, 768)")
+	f.IntVar(&chansTotal, "channels-total", 0, fmt.Sprintf("same-host channels the endpoints of all uids but root may send on together (0: %d)", agent.DefaultChannels))
+	f.IntVar(&neighTotal, "neighbors-total", 0, "neighbour entries no host answered for that neigh.use may have made for all uids together (0: half the kernel's gc_thresh3)")
+	f.IntVar(&neighPerUID, "neighbors-per-uid", 0, "neighbour entries no host answered for that neigh.use may have made for one uid, which creates at most a quarter of them a second (0: an eighth of gc_thresh3)")
 	f.StringArrayVar(&shareGroups, "share-group", nil, "group (name or number) whose members may share frame memory across uids as sharing domain group:NAME (repeat for several); without, a sharing domain is one uid's")
 	f.IntVar(&domSlots, "domain-endpoints", agent.DefaultLimits.DomainSlots, "endpoints a sharing domain holds at most")
 	f.IntVar(&domRx, "domain-rx-frames", agent.DefaultLimits.DomainRxFrames, "4 KiB frames of a sharing domain's receive pool, shared by its endpoints")
@@ -76,6 +86,18 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 		}
 		if umemPerUID < 1<<20 {
 			return usagef("--umem-per-uid %d: want at least 1 MiB", umemPerUID)
+		}
+		if umemTotal != 0 && umemTotal < 1<<20 {
+			return usagef("--umem-total %d: want at least 1 MiB, or 0 for the default", umemTotal)
+		}
+		for _, v := range []struct {
+			flag string
+			n    int
+		}{{"--user-avs", userAVs}, {"--endpoints-total", epsTotal}, {"--channels-total", chansTotal},
+			{"--neighbors-total", neighTotal}, {"--neighbors-per-uid", neighPerUID}} {
+			if v.n < 0 {
+				return usagef("%s %d: want 0 (the default) or more", v.flag, v.n)
+			}
 		}
 		if gcEvery <= 0 {
 			return usagef("--gc-interval %v: want a positive duration", gcEvery)
@@ -108,9 +130,10 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 			Ifaces: ifaces, Mode: m, PinRoot: pinRoot, Socket: socket, SocketGroup: group,
 			MetricsAddr: metrics, DetachOnExit: detach, Logger: log, AdminGroup: adminGroup, ShareGroups: shareGroups,
 			Limits: agent.Limits{Ports: portRange, DomainSlots: domSlots, DomainRxFrames: domRx, DomainTxFrames: domTx,
-				UMEMBytesPerUID: umemPerUID},
+				UMEMBytesPerUID: umemPerUID, UMEMBytes: umemTotal, Endpoints: epsTotal, Channels: chansTotal, AVs: userAVs,
+				Neighbors: neighTotal, NeighborsPerUID: neighPerUID},
 			GCInterval: gcEvery,
-			Sizes:      loader.Config{AVEntries: avEntries},
+			Sizes:      loader.Config{AVEntries: avEntries, MaxAVs: maxAVs},
 		})
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
 	"time"
@@ -60,8 +61,8 @@ left out; an -S size larger than that is reported as skipped.`
 	if role == "client" {
 		f.StringVar(&peer, "peer", "", "the server's address and port, ADDR:PORT (required)")
 		f.StringSliceVarP(&sizes, "sizes", "S", nil, "message sizes in bytes, comma-separated (default: fi_pingpong's that fit)")
-		f.IntVarP(&iters, "iters", "I", 10000, "timed iterations per size (1 or more)")
-		f.IntVar(&warmup, "warmup", 100, "untimed iterations before each size (0 or more)")
+		f.IntVarP(&iters, "iters", "I", 10000, fmt.Sprintf("timed iterations per size (1 to %d)", pingpong.MaxIters))
+		f.IntVar(&warmup, "warmup", 100, fmt.Sprintf("untimed iterations before each size (0 to %d)", pingpong.MaxIters))
 		c.MarkFlagRequired("peer")
 	}
 	f.DurationVar(&busy, "busy-poll", 0, "socket busy-poll time (e.g. 50us); 0 disables")
@@ -110,11 +111,11 @@ left out; an -S size larger than that is reported as skipped.`
 			}
 			o.Sizes = append(o.Sizes, n)
 		}
-		if iters < 1 {
-			return usagef("-I %d: want 1 or more iterations", iters)
+		if iters < 1 || iters > pingpong.MaxIters {
+			return usagef("-I %d: want 1 or more iterations, at most %d (each one's time is kept for the percentiles)", iters, pingpong.MaxIters)
 		}
-		if warmup < 0 {
-			return usagef("--warmup %d: want 0 or more", warmup)
+		if warmup < 0 || warmup > pingpong.MaxIters {
+			return usagef("--warmup %d: want 0 or more, at most %d", warmup, pingpong.MaxIters)
 		}
 		o.Iters, o.Warmup = iters, warmup
 		return pingpong.Client(c.Context(), e.out, o)

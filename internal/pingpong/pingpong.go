@@ -238,11 +238,21 @@ func Server(ctx context.Context, w io.Writer, o Options) error {
 // endpoint at MTU 1500 (1440-byte messages).
 var DefaultSizes = []int{64, 256, 1 << 10, 4 << 10, 64 << 10, 1 << 20}
 
+// MaxIters bounds Options.Iters and Options.Warmup: the client keeps the
+// time of every timed iteration of a size (8 bytes each) for the
+// percentiles, so 10^8 of them hold 800 MB at the end of a size.
+const MaxIters = 100_000_000
+
 // Client runs Warmup+Iters ping-pongs per size and prints one line per
 // size in fi_pingpong's format. Options.Sizes nil runs the DefaultSizes
 // that fit, saying which were left out; a given size that does not fit is
-// reported as skipped.
+// reported as skipped. Iters is 1 to MaxIters, Warmup 0 to MaxIters, else
+// EINVAL before anything is opened.
 func Client(ctx context.Context, w io.Writer, o Options) error {
+	if o.Iters < 1 || o.Iters > MaxIters || o.Warmup < 0 || o.Warmup > MaxIters {
+		return fmt.Errorf("pingpong: %d iterations, %d warmup iterations: want at least 1 and 0, at most %d each "+
+			"(the time of each timed iteration is kept for the percentiles): %w", o.Iters, o.Warmup, MaxIters, fi.EINVAL)
+	}
 	s, err := open(o, false)
 	if err != nil {
 		return err
@@ -269,7 +279,8 @@ func Client(ctx context.Context, w io.Writer, o Options) error {
 		}
 	}
 	fmt.Fprint(w, Header())
-	halves := make([]time.Duration, 0, o.Iters)
+	// Room for the samples grows with the run, not with what it asked for.
+	halves := make([]time.Duration, 0, min(o.Iters, 1<<16))
 	for _, size := range sizes {
 		if size > maxMsg {
 			fmt.Fprintf(w, "%-8s(larger than the endpoint's %d-byte messages: skipped)\n", SizeStr(int64(size)), maxMsg)

@@ -3,6 +3,8 @@ package pingpong_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/pingpong"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
@@ -85,6 +88,23 @@ func TestPingPong(t *testing.T) {
 	}
 	if !strings.Contains(srvOut.String(), "client "+netip.AddrPortFrom(bed.A.IPv4, 7000).String()+" is fi_addr 0") {
 		t.Errorf("server output:\n%s", srvOut.String())
+	}
+}
+
+// An iteration count whose times the client cannot keep is refused (EINVAL)
+// before anything is opened: -I 1e12 made the client, its endpoint open,
+// allocate 8 TB for them at once, and crash.
+func TestClientIterationBound(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	bed := testbed.New(t, testbed.Options{})
+	for _, o := range []pingpong.Options{{Iters: 1e12}, {Iters: pingpong.MaxIters + 1}, {Iters: 0}, {Iters: 10, Warmup: -1}, {Iters: 10, Warmup: 1e12}} {
+		o.Iface, o.Local, o.Peer = testbed.LinkName, netip.AddrPortFrom(bed.A.IPv4, 7000), netip.AddrPortFrom(bed.B.IPv4, 7000)
+		o.Sizes, o.Via = []int{64}, pingpong.ViaDirect
+		var out bytes.Buffer
+		err := bed.A.Do(func() error { return pingpong.Client(context.Background(), &out, o) })
+		if !errors.Is(err, fi.EINVAL) || !strings.Contains(fmt.Sprint(err), "at most 100000000") || out.Len() > 0 {
+			t.Errorf("%d iterations, %d warmup: %v (output %q), want EINVAL before anything runs", o.Iters, o.Warmup, err, out.String())
+		}
 	}
 }
 
