@@ -121,17 +121,29 @@ func (a *Agent) healthy(interval time.Duration, h *health) error {
 	if _, err := a.dp.Counters(); err != nil {
 		return fmt.Errorf("read the XDP counters: %w", err)
 	}
-	waiters, taken := a.dp.LockProgress()
+	waiters, other, taken := a.dp.LockProgress()
 	stuck := waiters > 0 && h.waiters > 0 && taken == h.taken
 	h.waiters, h.taken = waiters, taken
-	if stuck {
-		return fmt.Errorf("changes to the maps have waited over %v for the writers' lock %s (held by a process of the agent's user or root that hangs, or by the agent): %w",
+	switch {
+	case stuck && other:
+		// Another process holds the writers' lock: a new agent would
+		// wait for it as well. Say so, and keep serving what needs no
+		// change to the maps.
+		a.log.Warn("changes to the maps wait for the writers' lock, which another process holds (a process of the agent's user or root that hangs: find it with lsof)",
+			"lock", loader.LockPath(a.cfg.PinRoot), "waited_over", interval.String())
+	case stuck:
+		return fmt.Errorf("changes to the maps have waited over %v for the agent's own hold of the writers' lock %s: %w",
 			interval, loader.LockPath(a.cfg.PinRoot), fi.ETIMEDOUT)
 	}
 	if p := h.probe; p != nil {
 		select {
 		case <-p:
 		default:
+			if other {
+				// Its holder waits for the writers' lock another
+				// process holds (creating an AV takes both).
+				return nil
+			}
 			return fmt.Errorf("the agent's state has been locked for over %v: %w", interval, fi.ETIMEDOUT)
 		}
 	}

@@ -483,6 +483,13 @@ func DestroyOrphan(dp *loader.Objects, id, pid uint32, start uint64) error {
 // sources), its auth keys and its slot, and gives its entries' capacity
 // back to the node. Other processes that mapped the table see it retired.
 func (a *AV) destroyLocked() error {
+	// The slot keeps its generation (create goes on from it): read first,
+	// so that a failure changes nothing.
+	var m bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
+		return err
+	}
+	gen := m.Generation
 	live := 0
 	if a.tab != nil {
 		live = int(a.tab.Live())
@@ -502,12 +509,7 @@ func (a *AV) destroyLocked() error {
 	}
 	a.dp.ReturnAVEntries(live) // a whole AV: back to the node at once, not into this process's reserve
 	a.free, a.keys = freeSet{}, nil
-	// The slot keeps its generation (create goes on from it).
-	var m bpf.AVMeta
-	if err := a.dp.AVMeta.Lookup(a.id, &m); err != nil {
-		return err
-	}
-	err := a.dp.AVMeta.Put(a.id, &bpf.AVMeta{Generation: m.Generation + 1})
+	err := a.dp.AVMeta.Put(a.id, &bpf.AVMeta{Generation: gen + 1})
 	a.dp.PublishAV(a.id)
 	return err
 }

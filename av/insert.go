@@ -324,7 +324,7 @@ func (a *AV) place(probe *avtab.Probe, idx uint32, userID uint64, flags uint8, k
 		case attempt > 0:
 			capa *= 2
 		}
-		if reseed && a.shared {
+		if reseed && a.shared && attempt == 0 {
 			if wait := a.reseedCost*reseedShare - time.Since(a.reseedAt); wait > 0 {
 				return fmt.Errorf("no slot for %v without rebuilding the table, rebuilt %v ago for the same reason: retry in %v: %w",
 					probe.Addr().AddrPort(), time.Since(a.reseedAt).Round(time.Millisecond), wait.Round(time.Millisecond), fi.EAGAIN)
@@ -346,7 +346,9 @@ func (a *AV) place(probe *avtab.Probe, idx uint32, userID uint64, flags uint8, k
 
 // reseedShare bounds how much of the time a named AV's writers may spend
 // rebuilding its table for want of a slot (a new seed): after a rebuild
-// that took d, the next one within reseedShare*d fails with EAGAIN. Random
+// that took d, an insert that needs another within reseedShare*d fails
+// with EAGAIN (once it started, its further rebuilds, twice the size each,
+// go on). Random
 // sources need such a rebuild about never; sources chosen to collide
 // (the seed is in the table, which every reader of a named AV can read)
 // need one per few inserts, each one a copy of the whole table under the

@@ -1,6 +1,7 @@
 package av_test
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/xdpfab/xdpfab/av"
@@ -135,5 +136,62 @@ func TestRecreatedAVIsNotTheOld(t *testing.T) {
 	}
 	if ap, ok := r.Resolve(1); ok && ap != peer(41) {
 		t.Errorf("the reader of the old AV resolves fi_addr 1 to %v, the new AV's is %v", ap, peer(41))
+	}
+}
+
+// The agent that handed out the stamp page stops (a restart): it marks
+// its page dead, and its clients' copies no longer answer because of it;
+// a change made after (by the next agent, or a root process) is seen at
+// the next lookup, through the kernel's generation.
+func TestCopyReaderAfterAgentStops(t *testing.T) {
+	dp, _ := pinnedDP(t)
+	stamps, err := loader.NewStampPage(int(dp.Config().MaxAVs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp.SetStampPage(stamps)
+	w := openAV(t, dp, av.Attr{Name: "orphan"})
+	if _, err := w.Insert(peers(0, 3), nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := openAV(t, handedDP(t, dp, stamps), av.Attr{Name: "orphan", Flags: fi.Read})
+	if ap, ok := r.Resolve(1); !ok || ap != peer(1) {
+		t.Fatalf("before: %v %v", ap, ok)
+	}
+	stamps.Close() // the agent stops
+	if err := w.Remove([]fi.Addr{1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	fa := make([]fi.Addr, 1)
+	if _, err := w.Insert(peers(50, 1), fa, 0, nil); err != nil || fa[0] != 1 {
+		t.Fatalf("reinsert: %v %v", fa, err)
+	}
+	if ap, ok := r.Resolve(1); !ok || ap != peer(50) {
+		t.Errorf("after the agent stopped: fi_addr 1 resolves to %v %v, want %v", ap, ok, peer(50))
+	}
+}
+
+// A copy without a stamp page asks the kernel for the AV's generation at
+// each lookup, and re-reads the table only when it moved: a first version
+// re-read the whole table (and rebuilt the free list) at every call,
+// hundreds of kilobytes allocated per Resolve.
+func TestCopyReaderWithoutStampsDoesNotReload(t *testing.T) {
+	dp, _ := pinnedDP(t)
+	w := openAV(t, dp, av.Attr{Name: "plain"})
+	if _, err := w.Insert(peers(0, 4000), nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := openAV(t, handedDP(t, dp, nil), av.Attr{Name: "plain", Flags: fi.Read})
+	if ap, ok := r.Resolve(1); !ok || ap != peer(1) {
+		t.Fatalf("resolve: %v %v", ap, ok)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for range 50 {
+		r.Resolve(1)
+	}
+	runtime.ReadMemStats(&m1)
+	if per := (m1.TotalAlloc - m0.TotalAlloc) / 50; per > 4096 {
+		t.Errorf("%d bytes allocated per Resolve: the copy is re-read at every call", per)
 	}
 }

@@ -41,11 +41,12 @@ type device struct {
 	txSock *dataplane.Socket
 
 	// Frames its endpoints' receive contexts keep for receives not yet
-	// posted (rxCtx.park), and how many they may keep together: a quarter
-	// of its frames, half what its fill rings get (0: no bound but each
-	// context's own).
+	// posted (rxCtx.park), how many they may keep together (a quarter of
+	// its frames, half what its fill rings get; 0: no bound but each
+	// context's own), and how many contexts share that budget.
 	parked     atomic.Int64
 	parkBudget int
+	rxCtxs     atomic.Int32
 }
 
 // deviceMaker makes or finds the device of an endpoint listening on

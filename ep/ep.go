@@ -195,6 +195,7 @@ func setup(dp *loader.Objects, attr Attr, mk deviceMaker) (e *Endpoint, _ undoLi
 	e.umem = e.dev.umem
 	e.setMaxMsg(maxMsgFor(iface.MTU, attr.Local.Addr(), e.dev.multiBuffer(), e.umem.FrameSize()))
 	undo.add(func() { releaseDevice(e.dev) })
+	undo.add(e.uncountRx)
 	undo.add(e.closeSockets) // before opening: closes those that did open
 	if err := e.openSockets(iface.Index); err != nil {
 		return nil, nil, err
@@ -251,6 +252,12 @@ func ipHeaderLen(a netip.Addr) int {
 	return 40
 }
 
+// uncountRx takes the endpoint's receive contexts out of its device's count
+// (newRxCtx counts them: park shares the device's budget among them).
+func (e *Endpoint) uncountRx() {
+	e.dev.rxCtxs.Add(-int32(len(e.rx)))
+}
+
 // openSockets opens one receive socket per (receive context, queue) on
 // the device's UMEM.
 func (e *Endpoint) openSockets(ifindex int) error {
@@ -270,6 +277,7 @@ func (e *Endpoint) openSockets(ifindex int) error {
 }
 
 func (e *Endpoint) newRxCtx() *rxCtx {
+	e.dev.rxCtxs.Add(1)
 	return &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
 		partial: make([][]dataplane.Desc, e.queues)}
 }
@@ -540,6 +548,7 @@ func (e *Endpoint) Close() error {
 	if e.hops != nil {
 		errs = append(errs, e.hops.Close())
 	}
+	e.uncountRx()
 	errs = append(errs, releaseDevice(e.dev))
 	if e.release != nil && shared {
 		errs = append(errs, e.release())

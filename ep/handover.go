@@ -235,6 +235,7 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 		}
 	}
 	undo.add(func() { releaseDevice(e.dev) })
+	undo.add(e.uncountRx)
 	undo.add(e.closeSockets) // before adopting: closes those adopted
 	for c := range info.RxContexts {
 		rc := e.newRxCtx()

@@ -65,6 +65,9 @@ type frameRef struct {
 	// frame is the descriptor's.
 	data []byte
 	key  parkKey // a parked frame's: what matching compares
+	// gone: parked while its AV entry was removed, it is from an unknown
+	// source for good (frameMsg), even should the entry come back.
+	gone bool
 }
 
 // parkKey is what matching compares of a parked message, kept when it is
@@ -365,17 +368,24 @@ func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 }
 
 // park keeps frame f, which no posted receive matches, for one posted
-// later. A context keeps at most parkLimit, and beyond parkFloor only
-// while its device's contexts together keep fewer than the device's
-// parkBudget (so that the frames they keep leave the fill rings enough):
-// past either, the oldest unclaimed frame is dropped to make room, or f
+// later. A context keeps at most parkLimit, and at most an equal share of
+// its device's parkBudget among the device's contexts (at least
+// parkFloor), so that the frames they keep leave the fill rings enough and
+// one context flooded with messages nobody receives leaves the others
+// their share; nor more than parkFloor while the device's contexts
+// together hold the budget (shares change as endpoints come and go). Past
+// a limit, the oldest unclaimed frame is dropped to make room, or f
 // itself when every kept frame is claimed (FI_CLAIM). Dropping the oldest
 // rather than the newest means messages no receive ever matches cannot
 // keep the ones that arrive after them out. Each drop is counted
 // (RecvStats.ParkDropped). The caller holds c.mu.
 func (c *rxCtx) park(f frameRef) {
 	d := c.ep.dev
-	if len(c.parked) >= c.ep.parkLimit ||
+	limit := c.ep.parkLimit
+	if d.parkBudget > 0 {
+		limit = min(limit, max(parkFloor, d.parkBudget/max(int(d.rxCtxs.Load()), 1)))
+	}
+	if len(c.parked) >= limit ||
 		d.parkBudget > 0 && d.parked.Load() >= int64(d.parkBudget) && len(c.parked) >= parkFloor {
 		i := slices.IndexFunc(c.parked, func(p frameRef) bool { return p.claim == nil })
 		c.ep.parkDropped.Add(1)
@@ -509,6 +519,7 @@ func keyMatches(op *recvOp, tagged bool, k parkKey) bool {
 // parked says f was parked (frameMsg checks its source again).
 func (c *rxCtx) deliver(f *frameRef, parked bool) bool {
 	h, payload, comp, ok := c.frameMsg(*f, parked)
+	f.gone = f.gone || comp.gone
 	if !ok {
 		c.release(*f) // cannot happen with our program; never hold it
 		return true
@@ -566,8 +577,9 @@ type msgComp struct {
 // been removed since, and its index given to another peer (fi_av_remove,
 // then an insert takes the lowest free index): the frame counts as from a
 // known source only while the entry at its fi_addr still holds its
-// source address; otherwise it is from an unknown source (comp.gone), as
-// a datagram that arrives after the remove is.
+// source address; once it did not, it is from an unknown source for good
+// (comp.gone, then frameRef.gone), as a datagram that arrives after the
+// remove is.
 func (c *rxCtx) frameMsg(f frameRef, parked bool) (h wire.Hdr, payload []byte, comp msgComp, ok bool) {
 	u := c.ep.umem
 	pkt := f.data
@@ -585,7 +597,7 @@ func (c *rxCtx) frameMsg(f frameRef, parked bool) (h wire.Hdr, payload []byte, c
 	}
 	payload = pkt[int(m.HdrOff)+wire.HdrLen:][:m.PayloadLen]
 	comp.known = m.Flags&wire.MetaKnown != 0
-	if parked && comp.known && !c.ep.stillAt(pkt, m) {
+	if parked && comp.known && (f.gone || !c.ep.stillAt(pkt, m)) {
 		comp.known, comp.gone = false, true
 	}
 	comp.matchSrc = fi.Addr(m.FiAddr)

@@ -291,10 +291,12 @@ func (d *Objects) handedTable(id uint32) (*ebpf.Map, error) {
 // header names (read through the descriptor: it may be read-only). The
 // caller holds d.tabMu (or owns d alone).
 func (d *Objects) addTable(fd int) {
+	if d.takeStamps(fd) {
+		return
+	}
 	m, err := ebpf.NewMapFromFD(fd)
 	if err != nil {
-		unix.Close(fd)
-		return
+		return // NewMapFromFD closed it
 	}
 	var page [bpf.AVPage]byte
 	if m.ValueSize() != bpf.AVPage || m.Lookup(uint32(0), &page) != nil {

@@ -74,10 +74,12 @@ type Objects struct {
 	// lockFile is the writers' lock (lock.go), flock'ed for cross-process
 	// changes; nil where this process may not take it.
 	lockFile *os.File
-	// Callers of Lock waiting, and the times it was taken: LockProgress.
-	lockWaiters atomic.Int32
-	lockTaken   atomic.Uint64
-	pool        int // AV entries reserved by this process, unused (capacity.go)
+	// Callers of Lock waiting (for the process's mutex, for the writers'
+	// lock), and the times it was taken: LockProgress.
+	lockWaiters  atomic.Int32
+	flockWaiters atomic.Int32
+	lockTaken    atomic.Uint64
+	pool         int // AV entries reserved by this process, unused (capacity.go)
 	// recorded is what this process's xdpfab_avpool record says (never
 	// below pool).
 	recorded int
@@ -87,7 +89,7 @@ type Objects struct {
 	// AV change stamps (stamps.go): the agent's page it publishes in, or
 	// a client's read-only view of one (FromFDs).
 	stampPage   *StampPage
-	stamps      []uint64
+	stamps      atomic.Pointer[[]uint64]
 	tabMu       sync.Mutex
 	tables      map[uint32]*ebpf.Map
 	tableSource func() ([]int, error)

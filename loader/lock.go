@@ -104,14 +104,14 @@ func (d *Objects) Lock() (unlock func()) {
 		d.lockWaiters.Add(-1)
 	}
 	if d.lockFile != nil {
-		d.lockWaiters.Add(1)
+		d.flockWaiters.Add(1)
 		for {
 			err := unix.Flock(int(d.lockFile.Fd()), unix.LOCK_EX)
 			if err != unix.EINTR {
 				break
 			}
 		}
-		d.lockWaiters.Add(-1)
+		d.flockWaiters.Add(-1)
 	}
 	d.lockTaken.Add(1)
 	if d.unlockFn == nil {
@@ -128,16 +128,19 @@ func (d *Objects) unlock() {
 }
 
 // LockProgress returns how many callers of Lock in this process wait for
-// it now, and how many times it has been taken. A watchdog that sees
-// callers waiting at two samples with no take between them knows the lock
-// did not change hands for that long: its holder hangs, in this process,
-// or another process of the agent's user or root that stopped while
-// holding the writers' lock.
-func (d *Objects) LockProgress() (waiters int, taken uint64) {
+// it now, among them whether one waits for the writers' lock itself (the
+// cross-process flock, which another process holds), and how many times
+// it has been taken. A watchdog that sees callers waiting at two samples
+// with no take between them knows the lock did not change hands for that
+// long: its holder hangs, in this process, or, when one waits for the
+// writers' lock, in another process of the agent's user or root that
+// stopped while holding it (which restarting this one would not mend).
+func (d *Objects) LockProgress() (waiters int, other bool, taken uint64) {
 	if d == nil {
-		return 0, 0
+		return 0, false, 0
 	}
-	return int(d.lockWaiters.Load()), d.lockTaken.Load()
+	f := d.flockWaiters.Load()
+	return int(d.lockWaiters.Load() + f), f > 0, d.lockTaken.Load()
 }
 
 func (d *Objects) closeLock() {

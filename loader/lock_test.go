@@ -149,10 +149,11 @@ func TestWritersLockOutOfMembersReach(t *testing.T) {
 		t.Fatal("two writers held the writers' lock at once")
 	case <-time.After(200 * time.Millisecond):
 	}
-	w1, t1 := dp2.LockProgress()
+	w1, o1, t1 := dp2.LockProgress()
 	time.Sleep(50 * time.Millisecond)
-	if w2, t2 := dp2.LockProgress(); w1 != 1 || w2 != 1 || t1 != t2 {
-		t.Errorf("the waiting writer: waiters %d then %d, taken %d then %d; want 1 waiting and no take between", w1, w2, t1, t2)
+	if w2, o2, t2 := dp2.LockProgress(); w1 != 1 || w2 != 1 || !o1 || !o2 || t1 != t2 {
+		t.Errorf("the waiting writer: waiters %d then %d (for another's writers' lock: %v, %v), taken %d then %d; want 1 waiting for another's and no take between",
+			w1, w2, o1, o2, t1, t2)
 	}
 	unlock()
 	select {
@@ -161,7 +162,7 @@ func TestWritersLockOutOfMembersReach(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("the second writer did not get the lock once the first let go")
 	}
-	if w, _ := dp2.LockProgress(); w != 0 {
+	if w, _, _ := dp2.LockProgress(); w != 0 {
 		t.Errorf("%d waiting with nobody waiting", w)
 	}
 }

@@ -136,16 +136,7 @@ func FromFDs(fds []int) (*Objects, error) {
 	d := &Objects{pinned: true, fromFDs: true}
 	dst := d.readOnlySet()
 	for _, fd := range fds[len(dst):] {
-		// The agent's AV stamp page (stamps.go), or an AV table. A page
-		// that is not sealed as the agent seals it is not used: copies
-		// are then checked with the kernel at every lookup.
-		if w, ok, err := takeStamps(fd); ok {
-			if err == nil {
-				d.stamps = w
-			}
-			continue
-		}
-		d.addTable(fd)
+		d.addTable(fd) // an AV table, or the agent's stamp page (stamps.go)
 	}
 	for i, fd := range fds[:len(dst)] {
 		m, err := ebpf.NewMapFromFD(fd)

@@ -79,12 +79,22 @@ func NewStampPage(maxAVs int) (*StampPage, error) {
 // descriptors (FromFDs recognises it among them). The page keeps it.
 func (p *StampPage) FD() int { return p.fd }
 
-// bump moves AV id's stamp to a value it never had.
+// bump moves AV id's stamp to a value it never had; nothing once the page
+// is dead (Close).
 func (p *StampPage) bump(id uint32) {
 	if id == 0 || int(id) >= len(p.words) {
 		return
 	}
-	atomic.StoreUint64(&p.words[id], atomic.AddUint64(&p.words[0], 1))
+	for {
+		c := atomic.LoadUint64(&p.words[0])
+		if c == deadStamps {
+			return
+		}
+		if atomic.CompareAndSwapUint64(&p.words[0], c, c+1) {
+			atomic.StoreUint64(&p.words[id], c+1)
+			return
+		}
+	}
 }
 
 // SetStampPage makes d publish its AV changes in p (the agent's dataplane:
@@ -158,11 +168,24 @@ func (d *Objects) SyncStamps() error {
 	return nil
 }
 
-// Close releases the page's descriptor; its mapping stays (lock-free
-// readers in this process may still hold pointers into it).
+// deadStamps in word 0 marks the page of an agent that stopped: nobody
+// moves its stamps any more, so a client must not trust a copy because of
+// them (AVStamp answers nil for it, and its stamps have all moved).
+const deadStamps = ^uint64(0)
+
+// Close marks the page dead (deadStamps: its clients' copies take the way
+// that asks the kernel, until they get the next agent's page) and
+// releases its descriptor; its mapping stays (lock-free readers in this
+// process may still hold pointers into it). An agent that dies without
+// Close leaves its clients' copies trusted until they fetch descriptors
+// again (table growth, a new OpenAV).
 func (p *StampPage) Close() error {
 	if p == nil || p.fd < 0 {
 		return nil
+	}
+	atomic.StoreUint64(&p.words[0], deadStamps)
+	for id := 1; id < len(p.words); id++ {
+		atomic.StoreUint64(&p.words[id], deadStamps)
 	}
 	err := unix.Close(p.fd)
 	p.fd = -1
@@ -177,14 +200,29 @@ func (d *Objects) AVStamp(id uint32) *uint64 {
 	if d == nil {
 		return nil
 	}
-	words := d.stamps
+	var words []uint64
 	if d.stampPage != nil {
 		words = d.stampPage.words
+	} else if p := d.stamps.Load(); p != nil {
+		words = *p
 	}
-	if id == 0 || int(id) >= len(words) {
+	if id == 0 || int(id) >= len(words) || atomic.LoadUint64(&words[0]) == deadStamps {
 		return nil
 	}
 	return &words[id]
+}
+
+// takeStamps files fd as d's view of the agent's stamp page if it is one
+// (FromFDs, and again with every batch of descriptors a client fetches:
+// an agent that restarted hands out a page of its own), reporting whether
+// it was (then fd is closed). A page that is not sealed as the agent seals
+// it is not used: copies are then checked with the kernel at every lookup.
+func (d *Objects) takeStamps(fd int) bool {
+	w, ok, err := takeStamps(fd)
+	if ok && err == nil {
+		d.stamps.Store(&w)
+	}
+	return ok
 }
 
 // stampMaps holds the stamp pages this process mapped, by memfd identity:

@@ -207,9 +207,11 @@ func (t *Table) SetStamp(p *uint64, at uint64) {
 }
 
 // Stale reports whether a copy's published stamp moved since it was made
-// (see SetStamp); always false for a mapping.
+// (see SetStamp); false for a mapping, and for a copy without a published
+// stamp (whose reader asks the kernel for the AV's generation instead:
+// package av).
 func (t *Table) Stale() bool {
-	return t != nil && t.copy && (t.stamp == nil || atomic.LoadUint64(t.stamp) != t.at)
+	return t != nil && t.copy && t.stamp != nil && atomic.LoadUint64(t.stamp) != t.at
 }
 
 // Close takes the table out of this process's memory and closes this
