@@ -1,0 +1,17 @@
+//go:build !linux
+
+package loader
+
+import (
+	"fmt"
+
+	"github.com/xdpfab/xdpfab/fi"
+)
+
+// NewStampPage needs memfds and their seals: Linux only.
+func NewStampPage(maxAVs int) (*StampPage, error) {
+	return nil, fmt.Errorf("AV stamps: %w", fi.EOPNOTSUPP)
+}
+
+// takeStamps: no descriptor is a stamp page but on Linux.
+func takeStamps(fd int) (words []uint64, ok bool, err error) { return nil, false, nil }
