@@ -46,8 +46,14 @@ type StampPage struct {
 }
 
 // FD is the page's descriptor, to hand to clients with the map
-// descriptors (FromFDs recognises it among them). The page keeps it.
-func (p *StampPage) FD() int { return p.fd }
+// descriptors (FromFDs recognises it among them). The page keeps it. -1
+// for a nil, zero or closed page.
+func (p *StampPage) FD() int {
+	if p == nil || p.words == nil {
+		return -1
+	}
+	return p.fd
+}
 
 // bump moves AV id's stamp to a value it never had; nothing once the page
 // is dead (Close).
@@ -83,10 +89,10 @@ func (d *Objects) SetStampPage(p *StampPage) {
 // StampFD is the descriptor of the page d publishes AV change stamps in
 // (SetStampPage), -1 when none.
 func (d *Objects) StampFD() int {
-	if d == nil || d.stampPage == nil {
+	if d == nil {
 		return -1
 	}
-	return d.stampPage.fd
+	return d.stampPage.FD()
 }
 
 // PublishAV moves AV id's change stamp, if d publishes them (SetStampPage):
@@ -101,10 +107,13 @@ func (d *Objects) PublishAV(id uint32) {
 // last call (a change another process made): the agent calls it a few
 // times a second.
 func (d *Objects) SyncStamps() error {
-	p := d.stampPage
-	if p == nil || d.AVMeta == nil {
+	if err := d.loaded("AV stamps"); err != nil {
+		return err
+	}
+	if d.stampPage == nil {
 		return nil
 	}
+	p := d.stampPage
 	n := min(int(d.AVMeta.MaxEntries()), len(p.words))
 	metas := make([]bpf.AVMeta, n)
 	keys := make([]uint32, n)
@@ -150,8 +159,8 @@ const deadStamps = ^uint64(0)
 // Close leaves its clients' copies trusted until they fetch descriptors
 // again (table growth, a new OpenAV).
 func (p *StampPage) Close() error {
-	if p == nil || p.fd < 0 {
-		return nil
+	if p == nil || p.fd < 0 || p.words == nil {
+		return nil // nil, zero (not from NewStampPage) or closed
 	}
 	atomic.StoreUint64(&p.words[0], deadStamps)
 	for id := 1; id < len(p.words); id++ {

@@ -77,6 +77,7 @@ var subjects = []subject{
 
 	{nilPtr: (*loader.Objects)(nil), zero: &loader.Objects{}},
 	{nilPtr: (*loader.Attachment)(nil), zero: &loader.Attachment{}},
+	{nilPtr: (*loader.StampPage)(nil), zero: &loader.StampPage{}},
 	{zero: loader.Mode(0)},
 
 	{nilPtr: (*dataplane.UMEM)(nil), zero: &dataplane.UMEM{}},
@@ -245,6 +246,8 @@ func funcs() map[string]any {
 		"loader.OpenPinned":          loader.OpenPinned,
 		"loader.FromFDs":             loader.FromFDs,
 		"loader.WaitReaders":         loader.WaitReaders,
+		"loader.LockPath":            loader.LockPath,
+		"loader.NewStampPage":        loader.NewStampPage,
 		"dataplane.AdoptSocket":      dataplane.AdoptSocket,
 		"dataplane.Open":             dataplane.Open,
 		"dataplane.ThreadNetns":      dataplane.ThreadNetns,
@@ -259,13 +262,19 @@ func funcs() map[string]any {
 		"client.Dial":         client.Dial,
 		"client.OpenAVPinned": client.OpenAVPinned,
 
-		"ctl.CheckVersion":  ctl.CheckVersion,
-		"ctl.ErrorResponse": ctl.ErrorResponse,
-		"ctl.Decode":        ctl.Decode,
-		"ctl.WriteMsg":      ctl.WriteMsg,
-		"ctl.ReadMsg":       ctl.ReadMsg,
-		"ctl.Ops":           ctl.Ops,
-		"ctl.NewArgs":       ctl.NewArgs,
+		"ctl.CheckVersion":   ctl.CheckVersion,
+		"ctl.ErrorResponse":  ctl.ErrorResponse,
+		"ctl.Decode":         ctl.Decode,
+		"ctl.WriteMsg":       ctl.WriteMsg,
+		"ctl.ReadMsg":        ctl.ReadMsg,
+		"ctl.Ops":            ctl.Ops,
+		"ctl.NewArgs":        ctl.NewArgs,
+		"ctl.Clean":          ctl.Clean,
+		"ctl.Quote":          ctl.Quote,
+		"ctl.ClipText":       ctl.ClipText,
+		"ctl.EncodeMsg":      ctl.EncodeMsg,
+		"ctl.WriteEncoded":   ctl.WriteEncoded,
+		"ctl.ReadMsgKeepFDs": ctl.ReadMsgKeepFDs,
 
 		"stack.Open": stack.Open,
 
