@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // auditLines are the agent's JSON log lines with msg "audit".
@@ -45,15 +46,6 @@ func TestAuditLog(t *testing.T) {
 	as(65534, "detach", "--iface", "veth0")
 	as(0, "detach", "--iface", "veth0")
 
-	var audits []map[string]any
-	for _, m := range n.logLines() {
-		if _, ok := m["mode"].(float64); ok {
-			t.Errorf("a mode logged as a number: %v", m)
-		}
-		if m["msg"] == "audit" {
-			audits = append(audits, m)
-		}
-	}
 	want := []map[string]any{
 		{"op": "attach", "by": "agent", "result": "ok", "iface": "veth0", "mode": "native", "adopted": false},
 		{"op": "av.create", "uid": 0.0, "result": "ok", "av": "job", "type": "any", "created": true},
@@ -65,6 +57,23 @@ func TestAuditLog(t *testing.T) {
 		{"op": "av.destroy", "uid": 0.0, "result": "ok", "av": "job", "entries": 1.0},
 		{"op": "detach", "uid": 65534.0, "result": "EACCES", "iface": "veth0"},
 		{"op": "detach", "uid": 0.0, "result": "ok", "iface": "veth0"},
+	}
+	// The agent's log is read from its output, which may lag the last
+	// command's exit under load: give it a moment.
+	var audits []map[string]any
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		audits = audits[:0]
+		for _, m := range n.logLines() {
+			if _, ok := m["mode"].(float64); ok {
+				t.Errorf("a mode logged as a number: %v", m)
+			}
+			if m["msg"] == "audit" {
+				audits = append(audits, m)
+			}
+		}
+		if len(audits) >= len(want) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(audits) != len(want) {
 		t.Errorf("%d audit lines, want %d", len(audits), len(want))
