@@ -256,7 +256,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer close(gcDone)
 		a.gcLoop(ctx)
 	}()
-	go a.stampLoop(ctx)
+	stampDone := make(chan struct{})
+	go func() {
+		defer close(stampDone)
+		a.stampLoop(ctx)
+	}()
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- a.accept() }()
 	// The program is attached and the socket listens (New): ready.
@@ -278,6 +282,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// No new connection and no garbage collection from here on.
 	cancel()
 	<-gcDone
+	<-stampDone
 	<-wdDone
 	return errors.Join(err, a.close(a.cfg.DetachOnExit))
 }
