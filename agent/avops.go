@@ -48,17 +48,21 @@ func (a *Agent) namedAV(name string) (*av.AV, error) {
 // that still works; a.mu held. A handle whose AV was destroyed outside the
 // agent (by a process with the library) is closed for good (its every
 // call is EOPBADSTATE, av.AV's begin): it is dropped, so that the name is
-// opened afresh, and an AV made again under it is found.
+// opened afresh, and an AV made again under it is found. Whether the AV is
+// still there is read from its metadata slot, one map lookup: not through
+// the handle, whose calls wait for the dataplane lock, which a.mu must not
+// wait for (a long insert or rebuild would hold up every caller of a.mu).
 func (a *Agent) cachedAV(name string) *av.AV {
 	v := a.avs[name]
 	if v == nil {
 		return nil
 	}
-	if _, err := v.Len(); !errors.Is(err, fi.EOPBADSTATE) {
-		return v
+	var m bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(v.ID(), &m); err != nil || m.InUse != 0 && m.NameString() == name {
+		return v // there (or unknown: the handle's own calls will tell)
 	}
 	delete(a.avs, name)
-	if err := v.Close(); err != nil { // a closed handle: nothing to release
+	if err := v.Close(); err != nil {
 		a.log.Warn("close the handle of a destroyed AV", "av", name, "err", err)
 	}
 	a.log.Info("AV destroyed outside the agent: its handle dropped", "av", name)
@@ -107,7 +111,7 @@ type avRef struct {
 type avLocks struct {
 	mu     sync.Mutex
 	names  map[string]*nameLock
-	owners map[uint32]*sync.Mutex
+	owners map[uint32]*nameLock // users counted as for names: an entry lives while used
 }
 
 type nameLock struct {
@@ -156,16 +160,24 @@ func (a *Agent) lockOwner(uid uint32) (unlock func()) {
 	l := &a.avl
 	l.mu.Lock()
 	if l.owners == nil {
-		l.owners = map[uint32]*sync.Mutex{}
+		l.owners = map[uint32]*nameLock{}
 	}
-	m := l.owners[uid]
-	if m == nil {
-		m = new(sync.Mutex)
-		l.owners[uid] = m
+	ol := l.owners[uid]
+	if ol == nil {
+		ol = &nameLock{}
+		l.owners[uid] = ol
 	}
+	ol.users++
 	l.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	ol.Lock()
+	return func() {
+		ol.Unlock()
+		l.mu.Lock()
+		if ol.users--; ol.users == 0 {
+			delete(l.owners, uid)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // changeAV runs f on the named AV for who, under the name's lock, once

@@ -51,13 +51,20 @@ func (a *Agent) avInsertSym(who caller, args ctl.AVInsertSymArgs, rec *auditRec)
 			what, nodes, svcs, maxPerCall, fi.EINVAL)
 	}
 	// Host names are resolved here, outside every lock; numeric nodes
-	// are the AV's to count up.
+	// are the AV's to count up, from a service the agent turned into its
+	// port number here too (a service name is an NSS lookup).
 	var addrs []netip.AddrPort
 	if _, err := netip.ParseAddr(args.Node); err != nil && nodes > 0 && svcs > 0 && args.Node != "" {
 		var err error
 		if addrs, err = a.resolveSym(args); err != nil {
 			return ctl.InsertResult{}, fmt.Errorf("%s: %w", what, err)
 		}
+	} else if err == nil && nodes > 0 && svcs > 0 {
+		port, err := servicePort(args.Service)
+		if err != nil {
+			return ctl.InsertResult{}, fmt.Errorf("%s: %w", what, err)
+		}
+		args.Service = strconv.Itoa(int(port))
 	}
 	var r ctl.InsertResult
 	err := a.changeAV(who, what, args.Name, func(ref avRef) error {

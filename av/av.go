@@ -532,8 +532,13 @@ func (a *AV) begin(write bool) error {
 		return fmt.Errorf("read AV slot: %w", err)
 	}
 	if m.InUse == 0 || m.NameString() != a.attr.Name {
+		// Closed for good: its table too (a lock-free reader still on it
+		// reads zeros, then misses), which the handle's Close would not
+		// release any more.
 		a.closed = true
 		a.fast.Store(nil)
+		a.tab.Close()
+		a.tab = nil
 		return fmt.Errorf("AV %q was destroyed: %w", a.attr.Name, fi.EOPBADSTATE)
 	}
 	if m.Generation == a.gen && a.tab != nil && !a.tab.Retired() && !a.tab.Stale() {
