@@ -110,13 +110,40 @@ type avRef struct {
 // for the owner's quotas.
 type avLocks struct {
 	mu     sync.Mutex
-	names  map[string]*nameLock
-	owners map[uint32]*nameLock // users counted as for names: an entry lives while used
+	names  map[string]*usedLock
+	owners map[uint32]*usedLock
 }
 
-type nameLock struct {
+// usedLock is a lock of a keyed set (avLocks) that lives while requests
+// hold or wait for it.
+type usedLock struct {
 	sync.Mutex
 	users int // requests holding or waiting for it
+}
+
+// lockUsed takes key's lock in *m (guarded by mu), making it if there is
+// none, and returns its release, which drops it once unused.
+func lockUsed[K comparable](mu *sync.Mutex, m *map[K]*usedLock, key K) (unlock func()) {
+	mu.Lock()
+	if *m == nil {
+		*m = map[K]*usedLock{}
+	}
+	l := (*m)[key]
+	if l == nil {
+		l = &usedLock{}
+		(*m)[key] = l
+	}
+	l.users++
+	mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(*m, key)
+		}
+		mu.Unlock()
+	}
 }
 
 // lockName takes the named AV's lock, which av create, av destroy and
@@ -128,27 +155,7 @@ type nameLock struct {
 // name in between.) The names are valid AV names; a lock lives as long as
 // requests hold or wait for it.
 func (a *Agent) lockName(name string) (unlock func()) {
-	l := &a.avl
-	l.mu.Lock()
-	if l.names == nil {
-		l.names = map[string]*nameLock{}
-	}
-	nl := l.names[name]
-	if nl == nil {
-		nl = &nameLock{}
-		l.names[name] = nl
-	}
-	nl.users++
-	l.mu.Unlock()
-	nl.Lock()
-	return func() {
-		nl.Unlock()
-		l.mu.Lock()
-		if nl.users--; nl.users == 0 {
-			delete(l.names, name)
-		}
-		l.mu.Unlock()
-	}
+	return lockUsed(&a.avl.mu, &a.avl.names, name)
 }
 
 // lockOwner takes uid's quota lock, which every insert into uid's AVs and
@@ -157,27 +164,7 @@ func (a *Agent) lockName(name string) (unlock func()) {
 // from many connections cannot each pass against what the AVs held before
 // any of them ran. It is taken under a name's lock, never the other way.
 func (a *Agent) lockOwner(uid uint32) (unlock func()) {
-	l := &a.avl
-	l.mu.Lock()
-	if l.owners == nil {
-		l.owners = map[uint32]*nameLock{}
-	}
-	ol := l.owners[uid]
-	if ol == nil {
-		ol = &nameLock{}
-		l.owners[uid] = ol
-	}
-	ol.users++
-	l.mu.Unlock()
-	ol.Lock()
-	return func() {
-		ol.Unlock()
-		l.mu.Lock()
-		if ol.users--; ol.users == 0 {
-			delete(l.owners, uid)
-		}
-		l.mu.Unlock()
-	}
+	return lockUsed(&a.avl.mu, &a.avl.owners, uid)
 }
 
 // changeAV runs f on the named AV for who, under the name's lock, once

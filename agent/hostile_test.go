@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,8 +18,6 @@ import (
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
-	"github.com/xdpfab/xdpfab/internal/testutil"
-	"github.com/xdpfab/xdpfab/loader"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,44 +26,11 @@ import (
 // it and returns Run's error (the test's cleanup does, if it has not).
 func hostileAgent(t *testing.T, adjust ...func(*agent.Config)) (bed *testbed.Bed, sock string, logs *syncBuffer, stop func() error) {
 	t.Helper()
-	testutil.RequirePrivileged(t)
-	bed = testbed.New(t, testbed.Options{})
-	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	os.Chmod(filepath.Dir(dir), 0o755)
-	root := filepath.Join(dir, "bpffs")
-	sock = filepath.Join(dir, "s")
-	t.Cleanup(func() { loader.UnmountBPFFS(root) })
 	logs = &syncBuffer{}
-	var a *agent.Agent
-	err := bed.A.Do(func() (err error) {
-		cfg := agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: sock, SocketGroup: fmt.Sprint(nobody),
-			Logger: slog.New(slog.NewJSONHandler(logs, nil))}
-		for _, f := range adjust {
-			f(&cfg)
-		}
-		a, err = agent.New(cfg)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+	json := func(c *agent.Config) {
+		c.SocketGroup, c.MetricsAddr, c.Logger = fmt.Sprint(nobody), "", slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
-	stopped, result := false, error(nil)
-	stop = func() error {
-		if !stopped {
-			cancel()
-			result, stopped = <-ran, true
-		}
-		return result
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	_, bed, sock, stop = runAgent(t, append([]func(*agent.Config){json}, adjust...)...)
 	return bed, sock, logs, stop
 }
 

@@ -108,15 +108,22 @@ func TestAgentInProcess(t *testing.T) {
 // the test ends; it returns the agent, the bed and the control socket.
 func inProcessAgent(t *testing.T, adjust ...func(*agent.Config)) (*agent.Agent, *testbed.Bed, string) {
 	t.Helper()
+	a, bed, sock, _ := runAgent(t, adjust...)
+	return a, bed, sock
+}
+
+// runAgent is inProcessAgent that also returns stop, which ends the agent
+// and returns Run's error (the test's cleanup does, if it has not).
+func runAgent(t *testing.T, adjust ...func(*agent.Config)) (a *agent.Agent, bed *testbed.Bed, sock string, stop func() error) {
+	t.Helper()
 	testutil.RequirePrivileged(t)
-	bed := testbed.New(t, testbed.Options{})
+	bed = testbed.New(t, testbed.Options{})
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(dir), 0o755) // the test's own 0700 directory: others may reach the socket
 	root := filepath.Join(dir, "bpffs")
-	sock := filepath.Join(dir, "s")
+	sock = filepath.Join(dir, "s")
 	t.Cleanup(func() { loader.UnmountBPFFS(root) })
-	var a *agent.Agent
 	err := bed.A.Do(func() (err error) {
 		cfg := agent.Config{Ifaces: []string{testbed.LinkName}, PinRoot: root, Socket: sock,
 			MetricsAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -132,13 +139,20 @@ func inProcessAgent(t *testing.T, adjust ...func(*agent.Config)) (*agent.Agent, 
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()
+	stopped, result := false, error(nil)
+	stop = func() error {
+		if !stopped {
+			cancel()
+			result, stopped = <-ran, true
+		}
+		return result
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return a, bed, sock
+	return a, bed, sock, stop
 }
 
 // The agent's process runs out of descriptors while clients connect (each

@@ -16,6 +16,7 @@ import (
 	"github.com/xdpfab/xdpfab/internal/xdptest"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/wire"
+	"golang.org/x/sys/unix"
 )
 
 // newDP loads a private dataplane (nothing pinned) for one test.
@@ -188,3 +189,45 @@ func revEntry(tb testing.TB, dp *loader.Objects, a *av.AV, idx fi.Addr) (revVal,
 }
 
 func bpfAddr(ap netip.AddrPort) bpf.Addr { return bpf.MakeAddr(ap) }
+
+// handedDP is what an application of the agent's gets: read-only map
+// descriptors of dp (a copy of each AV table), with the stamp page of
+// dp's writer when stamps is set (the agent hands it out).
+func handedDP(t *testing.T, dp *loader.Objects, stamps *loader.StampPage) *loader.Objects {
+	t.Helper()
+	fds := func() ([]int, error) {
+		maps, err := dp.ReadOnlyFDs()
+		if err != nil {
+			return nil, err
+		}
+		// Descriptors of their own, as SCM_RIGHTS would deliver them.
+		var out []int
+		for _, m := range maps {
+			fd, err := unix.Dup(m.FD())
+			m.Close()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fd)
+		}
+		if stamps != nil {
+			fd, err := unix.Dup(stamps.FD())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fd)
+		}
+		return out, nil
+	}
+	first, err := fds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := loader.FromFDs(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	h.SetTableSource(fds)
+	return h
+}

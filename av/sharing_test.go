@@ -9,7 +9,6 @@ import (
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/loader"
-	"golang.org/x/sys/unix"
 )
 
 // Readers of a named AV follow its growth: one with the pins (it maps
@@ -31,34 +30,7 @@ func TestNamedAVReadersFollowGrowth(t *testing.T) {
 	defer pinned.Close()
 	byPin := openAV(t, pinned, av.Attr{Name: "grows", Flags: fi.Read})
 
-	fds := func() ([]int, error) {
-		maps, err := dp.ReadOnlyFDs()
-		if err != nil {
-			return nil, err
-		}
-		// Descriptors of their own, as SCM_RIGHTS would deliver them.
-		var out []int
-		for _, m := range maps {
-			fd, err := unix.Dup(m.FD())
-			m.Close()
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, fd)
-		}
-		return out, nil
-	}
-	first, err := fds()
-	if err != nil {
-		t.Fatal(err)
-	}
-	handed, err := loader.FromFDs(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer handed.Close()
-	handed.SetTableSource(fds)
-	byFD := openAV(t, handed, av.Attr{Name: "grows", Flags: fi.Read})
+	byFD := openAV(t, handedDP(t, dp, nil), av.Attr{Name: "grows", Flags: fi.Read})
 
 	for _, r := range []*av.AV{byPin, byFD} {
 		if ap, err := r.LookupAddr(7); err != nil || ap != peer(7) {

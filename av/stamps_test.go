@@ -9,49 +9,7 @@ import (
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
-	"golang.org/x/sys/unix"
 )
-
-// handedDP is what an application of the agent's gets: read-only map
-// descriptors of dp (a copy of each AV table), with the stamp page of
-// dp's writer when stamps is set (the agent hands it out).
-func handedDP(t *testing.T, dp *loader.Objects, stamps *loader.StampPage) *loader.Objects {
-	t.Helper()
-	fds := func() ([]int, error) {
-		maps, err := dp.ReadOnlyFDs()
-		if err != nil {
-			return nil, err
-		}
-		var out []int
-		for _, m := range maps {
-			fd, err := unix.Dup(m.FD())
-			m.Close()
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, fd)
-		}
-		if stamps != nil {
-			fd, err := unix.Dup(stamps.FD())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, fd)
-		}
-		return out, nil
-	}
-	first, err := fds()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := loader.FromFDs(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	h.SetTableSource(fds)
-	return h
-}
 
 // A reader of a named AV through the agent's descriptors reads a copy of
 // its table. Before, a lock-free hit answered from the copy whatever had

@@ -2,6 +2,7 @@ package ep
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"sync"
@@ -697,11 +698,15 @@ func opMatches(op *recvOp, tagged bool, tag uint64, group uint32, src fi.Addr, k
 // of the AV's table (LookupAddr).
 func (e *Endpoint) stillAt(pkt []byte, m wire.Meta) bool {
 	src, ok := wire.Source(pkt, m)
-	if !ok {
-		return false
-	}
-	a, err := e.av.LookupAddr(fi.Addr(m.FiAddr))
-	return err == nil && a == src
+	return ok && e.stillHolds(fi.Addr(m.FiAddr), src)
+}
+
+// stillHolds reports whether the AV entry at fa holds addr: a message that
+// waited while the entry at its fi_addr was removed (and the index maybe
+// given to another peer) no longer counts as from fa.
+func (e *Endpoint) stillHolds(fa fi.Addr, addr netip.AddrPort) bool {
+	a, err := e.av.LookupAddr(fa)
+	return err == nil && a == addr
 }
 
 // drain gives back every frame the context holds: parked ones and those

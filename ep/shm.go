@@ -908,7 +908,7 @@ func (s *shmState) drainParked(c *rxCtx, ci int, only uint64) {
 				continue
 			}
 		}
-		if m.src.known && !s.e.stillNamed(m.src) {
+		if m.src.known && !s.e.stillHolds(m.src.fa, m.src.addr) {
 			m.src.known = false
 			if s.e.dropsUnknown() {
 				s.e.unmatchable.Add(1)
@@ -944,13 +944,6 @@ func (e *Endpoint) shmStale(c *rxCtx) {
 			s.drainParked(c, ci, 0)
 		}
 	}
-}
-
-// stillNamed reports whether the AV entry a same-host message was
-// attributed to still holds its sender's address (rxCtx.frameMsg).
-func (e *Endpoint) stillNamed(src shmSrc) bool {
-	a, err := e.av.LookupAddr(src.fa)
-	return err == nil && a == src.addr
 }
 
 // shmPollFD is the descriptor automatic progress polls beside the sockets

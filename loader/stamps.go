@@ -41,8 +41,10 @@ type StampPage struct {
 	fd    int
 	words []uint64 // 0: stamps handed out; id: AV id's stamp
 
-	mu   sync.Mutex
-	seen []bpf.AVMeta // what SyncStamps last saw, per AV id
+	mu    sync.Mutex
+	seen  []bpf.AVMeta // what SyncStamps last saw, per AV id
+	metas []bpf.AVMeta // SyncStamps' buffers, kept between calls
+	keys  []uint32
 }
 
 // FD is the page's descriptor, to hand to clients with the map
@@ -114,9 +116,13 @@ func (d *Objects) SyncStamps() error {
 		return nil
 	}
 	p := d.stampPage
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	n := min(int(d.AVMeta.MaxEntries()), len(p.words))
-	metas := make([]bpf.AVMeta, n)
-	keys := make([]uint32, n)
+	if len(p.seen) != n {
+		p.seen, p.metas, p.keys = make([]bpf.AVMeta, n), make([]bpf.AVMeta, n), make([]uint32, n)
+	}
+	metas, keys := p.metas, p.keys
 	var cursor ebpf.MapBatchCursor
 	got := 0
 	for got < n {
@@ -128,11 +134,6 @@ func (d *Objects) SyncStamps() error {
 			}
 			return fmt.Errorf("AV stamps: read AV metadata: %w", err)
 		}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.seen == nil {
-		p.seen = make([]bpf.AVMeta, n)
 	}
 	for i := range got {
 		id := keys[i]
@@ -197,7 +198,7 @@ func (d *Objects) AVStamp(id uint32) *uint64 {
 // it was (then fd is closed). A page that is not sealed as the agent seals
 // it is not used: copies are then checked with the kernel at every lookup.
 func (d *Objects) takeStamps(fd int) bool {
-	w, ok, err := takeStamps(fd)
+	w, ok, err := mapStamps(fd)
 	if ok && err == nil {
 		d.stamps.Store(&w)
 	}

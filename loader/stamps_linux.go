@@ -47,10 +47,10 @@ var stampMaps = struct {
 	m map[[2]uint64][]uint64
 }{m: map[[2]uint64][]uint64{}}
 
-// takeStamps maps fd read-only if it is an agent's stamp page (a memfd
+// mapStamps maps fd read-only if it is an agent's stamp page (a memfd
 // sealed as NewStampPage seals it) and closes it; ok false leaves fd open
 // (not a stamp page).
-func takeStamps(fd int) (words []uint64, ok bool, err error) {
+func mapStamps(fd int) (words []uint64, ok bool, err error) {
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil {
 		return nil, false, nil // not a memfd: a map

@@ -13,5 +13,5 @@ func NewStampPage(maxAVs int) (*StampPage, error) {
 	return nil, fmt.Errorf("AV stamps: %w", fi.EOPNOTSUPP)
 }
 
-// takeStamps: no descriptor is a stamp page but on Linux.
-func takeStamps(fd int) (words []uint64, ok bool, err error) { return nil, false, nil }
+// mapStamps: no descriptor is a stamp page but on Linux.
+func mapStamps(fd int) (words []uint64, ok bool, err error) { return nil, false, nil }
