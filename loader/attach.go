@@ -69,7 +69,15 @@ func (d *Objects) Attach(ifname string, mode Mode) (*Attachment, error) {
 		a.pin = filepath.Join(d.cfg.PinRoot, "links", ifname)
 		if l, err := link.LoadPinnedLink(a.pin, nil); err == nil {
 			if info, ierr := l.Info(); ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == iface.Index {
-				if err := l.Update(d.Program); err != nil {
+				// The link keeps the mode it was attached in: its
+				// program is that mode's.
+				a.Mode = attachedMode(iface.Index, mode)
+				prog, err := d.programFor(a.Mode)
+				if err != nil {
+					l.Close()
+					return nil, fmt.Errorf("adopt pinned xdp link %s: %w", a.pin, err)
+				}
+				if err := l.Update(prog); err != nil {
 					l.Close()
 					return nil, fmt.Errorf("adopt pinned xdp link %s: %w", a.pin, err)
 				}
@@ -90,7 +98,11 @@ func (d *Objects) Attach(ifname string, mode Mode) (*Attachment, error) {
 	if mode == Generic {
 		flags = link.XDPGenericMode
 	}
-	l, err := link.AttachXDP(link.XDPOptions{Program: d.Program, Interface: iface.Index, Flags: flags})
+	prog, err := d.programFor(mode)
+	if err != nil {
+		return nil, fmt.Errorf("attach xdpfab to %s: %w", ifname, err)
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: iface.Index, Flags: flags})
 	if err != nil {
 		return nil, attachError(ifname, mode, err)
 	}
@@ -120,6 +132,22 @@ func attachError(ifname string, mode Mode, err error) error {
 		return fmt.Errorf("attach xdpfab to %s: kernel lacks XDP links: %w", ifname, fi.ENOSYS)
 	}
 	return fmt.Errorf("attach xdpfab to %s in %s mode: %w", ifname, mode, err)
+}
+
+// attachedMode is the mode of the XDP program attached to ifindex as
+// netlink reports it, or def when it reports none it knows.
+func attachedMode(ifindex int, def Mode) Mode {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil || l.Attrs().Xdp == nil {
+		return def
+	}
+	switch l.Attrs().Xdp.AttachMode {
+	case xdpAttachedSKB:
+		return Generic
+	case xdpAttachedDrv:
+		return Native
+	}
+	return def
 }
 
 // otherXDP reports an XDP program attached to ifindex, if any.

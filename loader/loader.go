@@ -98,6 +98,7 @@ type Objects struct {
 	avTabInner *ebpf.MapSpec
 	self       procid.ID // this process, for its xdpfab_avpool record
 	epIdx      *epIndex  // the endpoint index, mapped (under Lock)
+	generic    generic   // the program for generic-mode attachments (generic.go)
 }
 
 // loaded is the guard of the methods with an error result: a nil
@@ -193,6 +194,7 @@ func Load(cfg Config) (*Objects, error) {
 		return nil, loadError(err)
 	}
 	d.Program = objs.XdpfabRx
+	d.generic.spec = spec
 	d.AVTab, d.AVMeta, d.AuthKey = objs.XdpfabAvtab, objs.XdpfabAvmeta, objs.XdpfabAuthkey
 	d.EP, d.XSKs, d.Stats, d.AVPool = objs.XdpfabEp, objs.XdpfabXsks, objs.XdpfabStats, objs.XdpfabAvpool
 	d.Local = objs.XdpfabLocal
@@ -261,7 +263,7 @@ func (d *Objects) Close() error {
 		d.returnPool(d.pool)
 		unlock()
 	}
-	errs := []error{d.unmapEPIndex()}
+	errs := []error{d.unmapEPIndex(), d.generic.close()}
 	for _, c := range []interface{ Close() error }{d.Program, d.AVTab, d.AVMeta, d.AuthKey, d.EP, d.XSKs, d.Stats, d.AVPool, d.Local, d.EPPort, d.EPSlot} {
 		if c != nil {
 			errs = append(errs, c.Close())

@@ -73,8 +73,21 @@ func TestAttachModes(t *testing.T) {
 			t.Fatalf("%v: %v", tc.mode, err)
 		}
 		on, mode, prog := xdpState(t, bed.A)
-		if !on || mode != tc.nlMode || prog != uint32(id) {
-			t.Errorf("%v: attached=%v mode=%d prog=%d, want mode %d prog %d", tc.mode, on, mode, prog, tc.nlMode, id)
+		if !on || mode != tc.nlMode {
+			t.Errorf("%v: attached=%v mode=%d, want mode %d", tc.mode, on, mode, tc.nlMode)
+		}
+		// Native mode runs the loaded (multi-buffer) program; generic
+		// mode a single-buffer copy of it on the same maps (generic.go).
+		if tc.mode == loader.Native && prog != uint32(id) || tc.mode == loader.Generic && prog == uint32(id) {
+			t.Errorf("%v: program %d attached; the loaded program is %d", tc.mode, prog, id)
+		}
+		if got, err := ebpf.NewProgramFromID(ebpf.ProgramID(prog)); err != nil {
+			t.Errorf("%v: attached program %d: %v", tc.mode, prog, err)
+		} else {
+			if gi, err := got.Info(); err != nil || gi.Name != info.Name {
+				t.Errorf("%v: attached program %d is not xdpfab_rx: %v %v", tc.mode, prog, gi, err)
+			}
+			got.Close()
 		}
 		// Unpinned: closing the handle detaches.
 		if err := a.Close(); err != nil {
@@ -156,6 +169,39 @@ func TestPinnedLinkAdoption(t *testing.T) {
 		t.Errorf("detach on unpinned dataplane: %v", err)
 	}
 	dp.Unpin()
+}
+
+// A pinned link attached in generic mode keeps its mode when adopted,
+// whatever mode the adopter asks for, and is updated to the adopter's
+// generic-mode (single-buffer) program.
+func TestPinnedGenericLinkAdoption(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	root := filepath.Join(t.TempDir(), "bpffs")
+	dp := load(t, root)
+	t.Cleanup(func() { loader.UnmountBPFFS(root) })
+	bed := testbed.New(t, testbed.Options{})
+	a, err := attach(t, dp, bed.A, testbed.LinkName, loader.Generic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, first := xdpState(t, bed.A)
+	a.Close()
+	dp2 := load(t, root)
+	t.Cleanup(func() { bed.A.Do(func() error { return dp2.Detach(testbed.LinkName) }) })
+	b, err := attach(t, dp2, bed.A, testbed.LinkName, loader.Native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	on, mode, prog := xdpState(t, bed.A)
+	info, _ := dp2.Program.Info()
+	id, _ := info.ID()
+	if !b.Adopted || b.Mode != loader.Generic || !on || mode != 2 {
+		t.Errorf("adopted=%v mode %v (netlink: attached=%v mode %d), want the generic link adopted", b.Adopted, b.Mode, on, mode)
+	}
+	if prog == first || prog == uint32(id) {
+		t.Errorf("program %d after adoption: want dp2's generic-mode program (not the first's %d, nor dp2's multi-buffer %d)", prog, first, id)
+	}
 }
 
 // Load keeps every map of the object, sized by Config and pinned by name
