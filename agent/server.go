@@ -464,15 +464,14 @@ func (a *Agent) handlerTable() map[string]handler {
 		if err != nil {
 			return ctl.None{}, nil, err
 		}
-		fds := make([]int, len(ms), len(ms)+1)
+		fds := make([]int, len(ms), len(ms)+2)
 		for i, m := range ms {
 			fds[i] = m.FD()
 		}
 		// And the AV change stamps, which tell the client when its
-		// copies of AV tables are stale (stamps.go).
-		if fd := a.dp.StampFD(); fd >= 0 {
-			fds = append(fds, fd)
-		}
+		// copies of AV tables are stale, with their life line, which
+		// tells it when this process ended (loader/stamps.go).
+		fds = append(fds, a.dp.StampFDs()...)
 		cn.afterReply = func() {
 			for _, m := range ms {
 				m.Close()

@@ -211,11 +211,13 @@ func handedDP(t *testing.T, dp *loader.Objects, stamps *loader.StampPage) *loade
 			out = append(out, fd)
 		}
 		if stamps != nil {
-			fd, err := unix.Dup(stamps.FD())
-			if err != nil {
-				return nil, err
+			for _, sfd := range []int{stamps.FD(), stamps.LifeFD()} {
+				fd, err := unix.Dup(sfd)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, fd)
 			}
-			out = append(out, fd)
 		}
 		return out, nil
 	}

@@ -3,12 +3,18 @@
 package av_test
 
 import (
+	"bufio"
+	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
+	"golang.org/x/sys/unix"
 )
 
 // A reader of a named AV through the agent's descriptors reads a copy of
@@ -154,4 +160,123 @@ func TestCopyReaderWithoutStampsDoesNotReload(t *testing.T) {
 	if per := (m1.TotalAlloc - m0.TotalAlloc) / 50; per > 4096 {
 		t.Errorf("%d bytes allocated per Resolve: the copy is re-read at every call", per)
 	}
+}
+
+// TestStampAgentChild is the agent of TestCopyReaderAfterAgentKilled: it
+// makes a stamp page, sends its descriptors (as maps.open would) over the
+// socket it was given, and waits to be killed. It does nothing unless
+// started by that test.
+func TestStampAgentChild(t *testing.T) {
+	if os.Getenv("XDPFAB_TEST_STAMP_CHILD") == "" {
+		t.Skip("helper process for TestCopyReaderAfterAgentKilled")
+	}
+	n, _ := strconv.Atoi(os.Getenv("XDPFAB_TEST_STAMP_CHILD"))
+	p, err := loader.NewStampPage(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(p.FD(), p.LifeFD()), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until killed
+}
+
+// An agent that is killed (no Close: its page is never marked dead) leaves
+// nobody to move its stamps. Before, its clients' copies of AV tables kept
+// answering from the stamps they had, for as long as they did not fetch
+// descriptors again: after the owner (a root process with the library, or
+// the next agent) removed a peer and gave its index to another, the reader
+// still resolved the index to the old peer. Now the client holds the read
+// end of a pipe only the agent writes to, sees its end of file when the
+// agent's process ends, and replaces its view of the page by a dead one.
+func TestCopyReaderAfterAgentKilled(t *testing.T) {
+	dp, _ := pinnedDP(t)
+	w := openAV(t, dp, av.Attr{Name: "crash"})
+	if _, err := w.Insert(peers(0, 3), nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, theirs := os.NewFile(uintptr(sp[0]), "parent"), os.NewFile(uintptr(sp[1]), "child")
+	defer mine.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStampAgentChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "XDPFAB_TEST_STAMP_CHILD="+strconv.Itoa(int(dp.Config().MaxAVs)))
+	cmd.ExtraFiles = []*os.File{theirs}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+		}
+		cmd.Wait()
+	})
+	go func() { // the child's output, for a failure
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			t.Log("child:", sc.Text())
+		}
+	}()
+	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(8))
+	_, oobn, _, _, err := unix.Recvmsg(sp[0], buf, oob, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("control messages: %v %v", msgs, err)
+	}
+	stampFDs, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(stampFDs) != 2 {
+		t.Fatalf("descriptors: %v %v", stampFDs, err)
+	}
+	maps, err := dp.ReadOnlyFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []int
+	for _, m := range maps {
+		fd, err := unix.Dup(m.FD())
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	h, err := loader.FromFDs(append(fds, stampFDs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	r := openAV(t, h, av.Attr{Name: "crash", Flags: fi.Read})
+	if ap, ok := r.Resolve(1); !ok || ap != peer(1) {
+		t.Fatalf("before: %v %v", ap, ok)
+	}
+	if err := cmd.Process.Kill(); err != nil { // kill -9: no Close
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	killed = true
+	if err := w.Remove([]fi.Addr{1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	fa := make([]fi.Addr, 1)
+	if _, err := w.Insert(peers(50, 1), fa, 0, nil); err != nil || fa[0] != 1 {
+		t.Fatalf("reinsert: %v %v", fa, err)
+	}
+	// The watcher runs on its own goroutine: give it a moment.
+	var ap any
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		got, ok := r.Resolve(1)
+		if ok && got == peer(50) {
+			return
+		}
+		ap = got
+	}
+	t.Errorf("after the agent was killed: fi_addr 1 resolves to %v, want %v", ap, peer(50))
 }
