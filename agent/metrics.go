@@ -4,17 +4,20 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/internal/version"
 )
 
-// collector reads the kernel's state at scrape time: nothing is cached, so
-// a scrape shows what the maps and sockets say now. docs/OPERATIONS.md
+// collector reads the kernel's state when a scrape gathers (at most once
+// per gatherEvery; scrapes in between get that result). docs/OPERATIONS.md
 // lists every metric.
 type collector struct {
 	a                                     *Agent
@@ -105,20 +108,36 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	a.collectEndpoints(ch)
 }
 
-// maxScrapes bounds the scrapes served at once; more are answered 503
-// at once. The endpoint answers whoever reaches its address (by default
-// every local user, not only the socket's group), and each scrape reads
-// every map and named AV: a user that scrapes in a loop from many
-// connections costs the agent at most this many collections at a time.
-const maxScrapes = 2
+// The metrics endpoint answers whoever reaches its address (by default
+// every local user, not only the socket's group), so what one source can
+// take of it is bounded, and a scrape costs the agent little:
+//   - a collection (every map and named AV read) runs at most once per
+//     gatherEvery: scrapes in between get the last one's result;
+//   - each source has at most scrapesPerSource scrapes in flight and
+//     connsPerSource connections open, all sources together maxScrapes and
+//     maxMetricsConns; more scrapes are answered 503 at once, more
+//     connections closed at once. A source is a remote address (an IPv6
+//     address's /64), and every address of this node counts as one source
+//     ("local"), so that a local user who loops over scrapes or opens
+//     connections from many of the node's addresses takes one source's
+//     share, never the agent's descriptors nor a remote Prometheus's turn.
+const (
+	gatherEvery      = time.Second
+	scrapesPerSource = 1
+	maxScrapes       = 16
+	connsPerSource   = 8
+	maxMetricsConns  = 64
+)
 
 func (a *Agent) serveMetrics() error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(a),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	src := &sources{conns: map[string]int{}, scrapes: map[string]int{}}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes}))
+	mux.Handle("/metrics", src.limit(promhttp.HandlerFor(&cachedGatherer{g: reg, every: gatherEvery},
+		promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})))
 	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("agent: metrics on %s: %w", a.cfg.MetricsAddr, err)
@@ -128,9 +147,150 @@ func (a *Agent) serveMetrics() error {
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
 	a.metricsAddr = ln.Addr().String()
-	go a.http.Serve(ln)
+	go a.http.Serve(&limitListener{Listener: ln, src: src})
 	a.log.Info("metrics", "url", "http://"+a.metricsAddr+"/metrics")
 	return nil
+}
+
+// cachedGatherer gathers at most once per every and hands the result to
+// every scrape until then (the encoders only read it).
+type cachedGatherer struct {
+	g     prometheus.Gatherer
+	every time.Duration
+
+	mu  sync.Mutex
+	at  time.Time
+	mfs []*dto.MetricFamily
+	err error
+}
+
+func (c *cachedGatherer) Gather() ([]*dto.MetricFamily, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || time.Since(c.at) >= c.every {
+		c.mfs, c.err = c.g.Gather()
+		c.at = time.Now()
+	}
+	return c.mfs, c.err
+}
+
+// sources counts what each source holds of the metrics endpoint.
+type sources struct {
+	mu             sync.Mutex
+	conns, scrapes map[string]int
+	nconns         int
+	local          map[netip.Addr]bool // this node's addresses
+	localAt        time.Time
+}
+
+// key names the source of remote: "local" for this node's addresses
+// (loopback included), an IPv6 address's /64, an IPv4 address. Called
+// with s.mu held.
+func (s *sources) key(remote string) string {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return remote
+	}
+	ip := ap.Addr().Unmap()
+	if time.Since(s.localAt) > 10*time.Second {
+		s.local, s.localAt = map[netip.Addr]bool{}, time.Now()
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil {
+					s.local[p.Addr().Unmap()] = true
+				}
+			}
+		}
+	}
+	if ip.IsLoopback() || s.local[ip.WithZone("")] {
+		return "local"
+	}
+	if ip.Is6() {
+		p, _ := ip.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// take counts one more of what key holds in m (conns or scrapes), false
+// (nothing counted) past per, or past max in all when total is given.
+// Called with s.mu held.
+func take(m map[string]int, total *int, key string, per, max int) bool {
+	if m[key] >= per || (total != nil && *total >= max) {
+		return false
+	}
+	m[key]++
+	if total != nil {
+		*total++
+	}
+	return true
+}
+
+// give undoes take.
+func (s *sources) give(m map[string]int, total *int, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m[key]--; m[key] <= 0 {
+		delete(m, key)
+	}
+	if total != nil {
+		*total--
+	}
+}
+
+// limit answers 503 to a scrape past its source's share (the handler's
+// MaxRequestsInFlight bounds them all).
+func (s *sources) limit(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		key := s.key(r.RemoteAddr)
+		ok := take(s.scrapes, nil, key, scrapesPerSource, 0)
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "too many scrapes from this source at once", http.StatusServiceUnavailable)
+			return
+		}
+		defer s.give(s.scrapes, nil, key)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// limitListener closes connections past their source's share or the
+// total at once, before the server spends anything on them.
+type limitListener struct {
+	net.Listener
+	src *sources
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		s := l.src
+		s.mu.Lock()
+		key := s.key(c.RemoteAddr().String())
+		ok := take(s.conns, &s.nconns, key, connsPerSource, maxMetricsConns)
+		s.mu.Unlock()
+		if ok {
+			return &limitConn{Conn: c, src: s, key: key}, nil
+		}
+		c.Close()
+	}
+}
+
+// limitConn gives its source's share back when it closes.
+type limitConn struct {
+	net.Conn
+	src  *sources
+	key  string
+	once sync.Once
+}
+
+func (c *limitConn) Close() error {
+	c.once.Do(func() { c.src.give(c.src.conns, &c.src.nconns, c.key) })
+	return c.Conn.Close()
 }
 
 // MetricsAddr is the address metrics are served on (the real port when

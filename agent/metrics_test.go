@@ -11,8 +11,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
@@ -131,9 +133,10 @@ func grepLines(text, sub string) string {
 
 // Whoever reaches the metrics address may scrape (by default every local
 // user, not only the socket's group), and each scrape reads every map and
-// named AV: the agent runs two collections at a time and answers the
-// other scrapes 503 at once (it used to run one for every connection that
-// asked). 64 scrapes at once get both answers.
+// named AV: the agent runs one scrape at a time per source, answers the
+// source's others 503 and closes its connections past eight at once (it
+// used to run a collection for every connection that asked). 64 scrapes
+// at once get both answers.
 func TestMetricsScrapesBounded(t *testing.T) {
 	a, bed, sock := inProcessAgent(t)
 	root, err := client.Dial(sock)
@@ -160,7 +163,10 @@ func TestMetricsScrapesBounded(t *testing.T) {
 				<-start
 				resp, err := hc.Get("http://" + a.MetricsAddr() + "/metrics")
 				if err != nil {
-					t.Error(err)
+					// Past the source's connections: closed at once.
+					mu.Lock()
+					busy++
+					mu.Unlock()
 					return
 				}
 				io.Copy(io.Discard, resp.Body)
@@ -185,3 +191,104 @@ func TestMetricsScrapesBounded(t *testing.T) {
 	}
 	t.Logf("%d answered, %d refused", ok, busy)
 }
+
+// A source takes one scrape at a time and eight connections, and every
+// address of the node is one source. Before, a local user who scraped in a
+// loop from a few connections kept the two scrapes the agent allowed in
+// flight busy, and a remote Prometheus got 503 for most of its scrapes;
+// and one who opened connections without a request held a descriptor of
+// the agent's each, as many as it liked.
+func TestMetricsSourcesBounded(t *testing.T) {
+	a, bed, _ := inProcessAgent(t, func(c *agent.Config) { c.MetricsAddr = ":0" })
+	_, port, err := net.SplitHostPort(a.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(h *testbed.Host) *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return h.Dial(network, addr)
+		}}}
+	}
+	local, remote := client(bed.A), client(bed.B)
+	defer local.CloseIdleConnections()
+	defer remote.CloseIdleConnections()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 { // the local user, in loops
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if resp, err := local.Get("http://127.0.0.1:" + port + "/metrics"); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	refused := 0
+	url := "http://" + net.JoinHostPort(bed.A.IPv4.String(), port) + "/metrics"
+	for range 20 { // Prometheus, from host B
+		resp, err := remote.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			refused++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if refused > 0 {
+		t.Errorf("remote scrapes while a local user scraped in a loop: %d of 20 refused", refused)
+	}
+
+	// Connections without a request, from the node's own addresses.
+	fds := func() int {
+		d, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(d)
+	}
+	local.CloseIdleConnections()
+	remote.CloseIdleConnections()
+	time.Sleep(50 * time.Millisecond)
+	before := fds()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := range 200 {
+		dst := []string{"127.0.0.1", bed.A.IPv4.String()}[i%2]
+		c, err := bed.A.Dial("tcp", net.JoinHostPort(dst, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(200 * time.Millisecond) // the server accepts (and closes what it refuses)
+	// This process is both sides: 200 of the descriptors are the test's
+	// (and a few the runtime's or a closing connection's).
+	if grown := fds() - before - len(held); grown > 2*connsPerSourceForTest {
+		t.Errorf("200 connections from the node held %d of the agent's descriptors, want about %d", grown, connsPerSourceForTest)
+	}
+	resp, err := remote.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("remote scrape after the connection flood: %s", resp.Status)
+	}
+}
+
+// connsPerSourceForTest is agent's connsPerSource.
+const connsPerSourceForTest = 8
