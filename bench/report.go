@@ -416,7 +416,9 @@ func reportPP(d *doc) {
 	d.p("- **xdpfab**: one endpoint per namespace, manual progress (the application's CQ reads drive the " +
 		"endpoint), busy polling off and on (`ep.Attr.BusyPoll` = 50 µs: SO_BUSY_POLL, SO_PREFER_BUSY_POLL), " +
 		"in **native** and **generic** (skb mode) XDP on the MTU-9000 bed the peers use. Its XDP program is " +
-		"multi-buffer (`xdp.frags`), which native XDP on veth requires at that MTU, and its sockets are bound " +
+		"multi-buffer (`xdp.frags`) in native mode, which native XDP on veth requires at that MTU, and a " +
+		"single-buffer copy of it in generic mode, where the kernel hands it every frame linear " +
+		"(loader/generic.go); its sockets are bound " +
 		"with XDP_USE_SG: a message longer than a UMEM frame travels as a chain of frames. Each side sends as " +
 		"`fi_pingpong` does a message below its provider's inject size: `Inject` (fi_inject), no transmit " +
 		"completion to wait for, then it waits for the receive completion (xdpfab injects any message it carries; " +
