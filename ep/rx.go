@@ -312,6 +312,13 @@ func (c *rxCtx) progress() (blocked bool) {
 	}
 	if c.stale {
 		c.drainParked(0)
+		if c.stale {
+			// Still out of CQ room for kept messages a posted receive
+			// may match: new frames wait behind them. A CQ reader on
+			// another goroutine may make room between the drain and
+			// take, and take would then match a newer message first.
+			return true
+		}
 	}
 	c.ep.shmStale(c)
 	for q, s := range c.socks {
