@@ -4,6 +4,7 @@ package av_test
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -186,9 +187,10 @@ func TestStampAgentChild(t *testing.T) {
 // answering from the stamps they had, for as long as they did not fetch
 // descriptors again: after the owner (a root process with the library, or
 // the next agent) removed a peer and gave its index to another, the reader
-// still resolved the index to the old peer. Now the client holds the read
-// end of a pipe only the agent writes to, sees its end of file when the
-// agent's process ends, and replaces its view of the page by a dead one.
+// still resolved the index to the old peer. Now the client holds a pidfd
+// of the agent (the page's life line), sees it readable when the agent's
+// process ends, and replaces its view of the page by a dead one, whatever
+// another client does with its copy of the line.
 func TestCopyReaderAfterAgentKilled(t *testing.T) {
 	dp, _ := pinnedDP(t)
 	w := openAV(t, dp, av.Attr{Name: "crash"})
@@ -235,6 +237,18 @@ func TestCopyReaderAfterAgentKilled(t *testing.T) {
 	if err != nil || len(stampFDs) != 2 {
 		t.Fatalf("descriptors: %v %v", stampFDs, err)
 	}
+	// What another client of the agent can do with the life line it got
+	// too: reopen it for writing and keep that open (a pipe's read end
+	// gave a write end that kept the line alive for everyone), and clear
+	// O_NONBLOCK on the open file all clients share.
+	if w, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", stampFDs[1]), os.O_WRONLY, 0); err == nil {
+		defer w.Close()
+	}
+	hostile, err := unix.Dup(stampFDs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(hostile)
 	maps, err := dp.ReadOnlyFDs()
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +270,9 @@ func TestCopyReaderAfterAgentKilled(t *testing.T) {
 	r := openAV(t, h, av.Attr{Name: "crash", Flags: fi.Read})
 	if ap, ok := r.Resolve(1); !ok || ap != peer(1) {
 		t.Fatalf("before: %v %v", ap, ok)
+	}
+	if err := unix.SetNonblock(hostile, false); err != nil {
+		t.Fatal(err)
 	}
 	if err := cmd.Process.Kill(); err != nil { // kill -9: no Close
 		t.Fatal(err)

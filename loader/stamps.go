@@ -40,11 +40,9 @@ const stampsName = "xdpfab-avstamps"
 type StampPage struct {
 	fd    int
 	words []uint64 // 0: stamps handed out; id: AV id's stamp
-	// life is a pipe whose write end only the agent holds and never
-	// writes: clients get the read end (LifeFD), which reaches end of
-	// file when the agent's process ends, however it ends (the kernel
-	// closes its descriptors). -1s where there is none.
-	life [2]int
+	// life is a pidfd of the agent's process: clients get it (LifeFD)
+	// and see it readable once the process has ended, however it ended.
+	life int
 
 	mu    sync.Mutex
 	seen  []bpf.AVMeta // what SyncStamps last saw, per AV id
@@ -104,8 +102,7 @@ func (d *Objects) StampFD() int {
 
 // StampFDs are the descriptors to hand to a client after the map
 // descriptors (FromFDs recognises them among the tables): the stamp page,
-// then the read end of its life line (StampPage.LifeFD); none when d
-// publishes no stamps.
+// then its life line (StampPage.LifeFD); none when d publishes no stamps.
 func (d *Objects) StampFDs() []int {
 	if d == nil || d.stampPage.FD() < 0 {
 		return nil
@@ -117,15 +114,15 @@ func (d *Objects) StampFDs() []int {
 	return fds
 }
 
-// LifeFD is the read end of the page's life line: a client that holds it
-// sees end of file once the agent's process has ended, crashed or killed,
-// and then stops trusting the page (watchLife). The page keeps it; -1 for
-// a nil, zero or closed page.
+// LifeFD is the page's life line, a pidfd of the agent's process: a
+// client that holds it sees it readable once the process has ended,
+// crashed or killed, and then stops trusting the page (watchLife). The
+// page keeps it; -1 for a nil, zero or closed page.
 func (p *StampPage) LifeFD() int {
 	if p.FD() < 0 {
 		return -1
 	}
-	return p.life[0]
+	return p.life
 }
 
 // PublishAV moves AV id's change stamp, if d publishes them (SetStampPage):
@@ -188,9 +185,8 @@ const deadStamps = ^uint64(0)
 // that asks the kernel, until they get the next agent's page) and
 // releases its descriptors; its mapping stays (lock-free readers in this
 // process may still hold pointers into it). An agent that dies without
-// Close closes the life line's write end all the same (the kernel does),
-// and each client then replaces its view of the page by a dead one
-// (watchLife).
+// Close ends all the same, which its clients see on the life line, and
+// each then replaces its view of the page by a dead one (watchLife).
 func (p *StampPage) Close() error {
 	if p == nil || p.fd < 0 || p.words == nil {
 		return nil // nil, zero (not from NewStampPage) or closed
@@ -201,12 +197,8 @@ func (p *StampPage) Close() error {
 	}
 	err := unix.Close(p.fd)
 	p.fd = -1
-	for i, fd := range p.life {
-		if fd >= 0 {
-			unix.Close(fd)
-			p.life[i] = -1
-		}
-	}
+	unix.Close(p.life)
+	p.life = -1
 	return err
 }
 
@@ -236,10 +228,10 @@ func (d *Objects) AVStamp(id uint32) *uint64 {
 // it was (then fd is closed). A page that is not sealed as the agent seals
 // it is not used: copies are then checked with the kernel at every lookup.
 //
-// The read end of a life line (a pipe) that follows a page is watched on
-// that page's behalf (watchLife); one that follows none is closed.
+// A life line (a pidfd) that follows a page is watched on that page's
+// behalf (watchLife); one that follows none is closed.
 func (d *Objects) takeStamps(fd int) bool {
-	if isPipe(fd) {
+	if isLifeLine(fd) {
 		if p := d.stamps.Load(); p != nil {
 			watchLife(fd, *p)
 		} else {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
@@ -37,11 +38,17 @@ func NewStampPage(maxAVs int) (*StampPage, error) {
 		unix.Munmap(mem)
 		return fail("seal", err)
 	}
-	var life [2]int
-	if err := unix.Pipe2(life[:], unix.O_CLOEXEC); err != nil {
+	// The life line: a pidfd of this process (Linux 5.3), which pollers
+	// see readable once the process has ended. Not a pipe: any holder of
+	// a pipe end can reopen it for writing through /proc/self/fd and keep
+	// the line alive for everyone; a pidfd has no writer, and what else it
+	// allows (signals, pidfd_getfd) needs rights over the agent.
+	life, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
 		unix.Munmap(mem)
-		return fail("life line", err)
+		return fail("life line (pidfd_open)", err)
 	}
+	unix.CloseOnExec(life)
 	return &StampPage{fd: fd, words: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), size/8), life: life}, nil
 }
 
@@ -91,18 +98,28 @@ func mapStamps(fd int) (words []uint64, ok bool, err error) {
 	return w, true, nil
 }
 
-// isPipe reports whether fd is a pipe (a stamp page's life line).
-func isPipe(fd int) bool {
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+// isLifeLine reports whether fd is a pidfd (a stamp page's life line):
+// pidfd_send_signal with signal 0 only checks (that this process may
+// signal it: EPERM when not, ESRCH when it ended), and fails with EBADF
+// for any other descriptor.
+func isLifeLine(fd int) bool {
+	err := unix.PidfdSendSignal(fd, 0, nil, 0)
+	return err == nil || err == unix.EPERM || err == unix.ESRCH
 }
 
-// watchLife takes fd, the read end of the life line of the stamp page
-// mapped at words, and waits (a goroutine parked in the runtime's poller,
-// no thread) for its end of file: the agent's process ended. Then words'
-// pages are replaced by dead ones (killStamps), so that copies of AV
-// tables stop answering from stamps nobody moves any more. A page watched
-// already, or dead already, needs no second watch: fd is closed.
+// watchLife takes fd, the life line (a pidfd of the agent) of the stamp
+// page mapped at words, and waits for it to become readable: the agent's
+// process ended, however it ended. Then words' pages are replaced by dead
+// ones (killStamps), so that copies of AV tables stop answering from
+// stamps nobody moves any more. A page watched already, or dead already,
+// needs no second watch: fd is closed.
+//
+// The wait parks a goroutine in the runtime's poller (no thread); it and
+// fd last as long as the agent does, whatever this process closes (one
+// per agent page the process mapped, which also stays). Should the
+// descriptor not be pollable that way (its open file is shared with the
+// agent's other clients, and one of them may change its flags), the
+// goroutine waits in poll(2) on a thread instead.
 func watchLife(fd int, words []uint64) {
 	if len(words) == 0 {
 		unix.Close(fd)
@@ -115,31 +132,54 @@ func watchLife(fd int, words []uint64) {
 		unix.Close(fd)
 		return
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		stampMaps.Unlock()
-		unix.Close(fd)
-		return
-	}
 	stampMaps.watched[key] = true
 	stampMaps.Unlock()
-	f := os.NewFile(uintptr(fd), "xdpfab-agent-life")
 	go func() {
-		var b [64]byte
-		for {
-			// Nobody writes: a read returns at end of file, or with
-			// an error when the descriptor is not a pipe end one can
-			// wait on; either way the line is gone.
-			if n, err := f.Read(b[:]); n == 0 || err != nil {
-				break
-			}
-		}
-		f.Close()
+		waitExit(fd)
 		stampMaps.Lock()
 		defer stampMaps.Unlock()
 		killStamps(words)
 		delete(stampMaps.watched, key)
 		stampMaps.dead[key] = true
 	}()
+}
+
+// waitExit returns once pidfd fd is readable (its process ended) or
+// cannot be waited on, and closes it.
+func waitExit(fd int) {
+	_ = unix.SetNonblock(fd, true) // os.NewFile puts non-blocking files in the poller
+	f := os.NewFile(uintptr(fd), "xdpfab-agent-pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	// exited polls without waiting (timeout 0) or, with wait, until the
+	// process ends; an error but EINTR ends the wait too.
+	exited := func(fd uintptr, wait bool) bool {
+		for {
+			timeout := 0
+			if wait {
+				timeout = -1
+			}
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(p, timeout)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil || n > 0:
+				return true
+			case !wait:
+				return false
+			}
+		}
+	}
+	if f.SetReadDeadline(time.Time{}) == nil { // in the poller
+		if rc.Read(func(fd uintptr) bool { return exited(fd, false) }) == nil {
+			return
+		}
+	}
+	_ = rc.Control(func(fd uintptr) { exited(fd, true) })
 }
 
 // killStamps replaces the read-only mapping at words by private pages of

@@ -16,8 +16,8 @@ func NewStampPage(maxAVs int) (*StampPage, error) {
 // mapStamps: no descriptor is a stamp page but on Linux.
 func mapStamps(fd int) (words []uint64, ok bool, err error) { return nil, false, nil }
 
-// isPipe: there are no life lines but on Linux.
-func isPipe(fd int) bool { return false }
+// isLifeLine: there are no life lines but on Linux.
+func isLifeLine(fd int) bool { return false }
 
 // watchLife: there are no life lines but on Linux.
 func watchLife(fd int, words []uint64) {}
