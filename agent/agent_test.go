@@ -354,6 +354,7 @@ func (n *node) scrape() map[string]float64 {
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return n.bed.A.Dial(network, addr)
 	}}}
+	defer hc.CloseIdleConnections() // a transport per call: its connection goes with it
 	resp, err := hc.Get("http://" + n.metrics + "/metrics")
 	if err != nil {
 		n.t.Fatal(err)

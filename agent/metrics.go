@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,14 +115,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // take of it is bounded, and a scrape costs the agent little:
 //   - a collection (every map and named AV read) runs at most once per
 //     gatherEvery: scrapes in between get the last one's result;
-//   - each source has at most scrapesPerSource scrapes in flight and
-//     connsPerSource connections open, all sources together maxScrapes and
-//     maxMetricsConns; more scrapes are answered 503 at once, more
-//     connections closed at once. A source is a remote address (an IPv6
-//     address's /64), and every address of this node counts as one source
-//     ("local"), so that a local user who loops over scrapes or opens
-//     connections from many of the node's addresses takes one source's
-//     share, never the agent's descriptors nor a remote Prometheus's turn.
+//   - a source has scrapesPerSource scrapes in flight (more are answered
+//     503 at once) and connsPerSource connections; all sources together
+//     maxScrapes and maxMetricsConns. A connection past a source's share,
+//     or past the total, takes the place of the oldest connection that is
+//     idle or has not sent a request yet (of its source, or past the
+//     total of the source holding most), or is closed at once when there
+//     is none.
+//
+// A source is a remote address, or for a connection from this node (any
+// of its addresses, loopback included) the uid owning the socket at the
+// other end (sock_diag): a local user who loops over scrapes or opens
+// connections takes its own share, not a local Prometheus's. Without
+// sock_diag all of this node is one source.
 const (
 	gatherEvery      = time.Second
 	scrapesPerSource = 1
@@ -134,18 +141,30 @@ func (a *Agent) serveMetrics() error {
 	reg.MustRegister(newCollector(a),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	src := &sources{conns: map[string]int{}, scrapes: map[string]int{}}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", src.limit(promhttp.HandlerFor(&cachedGatherer{g: reg, every: gatherEvery},
-		promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})))
 	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("agent: metrics on %s: %w", a.cfg.MetricsAddr, err)
 	}
+	src := &sources{conns: map[string][]*limitConn{}, scrapes: map[string]int{}}
+	if src.diag, err = newInetDiag(); err != nil { // in the listener's namespace
+		a.log.Warn("metrics: connections from this node count as one source", "err", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", src.limit(promhttp.HandlerFor(&cachedGatherer{g: reg, every: gatherEvery},
+		promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})))
 	// A scraper that does not read its answer holds one of the scrapes
 	// at most WriteTimeout; idle connections go after IdleTimeout.
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if lc, ok := c.(*limitConn); ok {
+				lc.state.Store(int32(st))
+			}
+		},
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		}}
+	a.http.RegisterOnShutdown(func() { src.diag.Close() })
 	a.metricsAddr = ln.Addr().String()
 	go a.http.Serve(&limitListener{Listener: ln, src: src})
 	a.log.Info("metrics", "url", "http://"+a.metricsAddr+"/metrics")
@@ -174,24 +193,51 @@ func (c *cachedGatherer) Gather() ([]*dto.MetricFamily, error) {
 	return c.mfs, c.err
 }
 
+// connKey is the request context's key of its *limitConn.
+type connKey struct{}
+
 // sources counts what each source holds of the metrics endpoint.
 type sources struct {
-	mu             sync.Mutex
-	conns, scrapes map[string]int
-	nconns         int
-	local          map[netip.Addr]bool // this node's addresses
-	localAt        time.Time
+	diag *inetDiag // nil: no uids, this node is one source
+
+	mu      sync.Mutex
+	conns   map[string][]*limitConn // oldest first
+	nconns  int
+	scrapes map[string]int
+	local   map[netip.Addr]bool // this node's addresses
+	localAt time.Time
 }
 
-// key names the source of remote: "local" for this node's addresses
-// (loopback included), an IPv6 address's /64, an IPv4 address. Called
-// with s.mu held.
-func (s *sources) key(remote string) string {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return remote
+// key names the source of connection c: "uid:N" for a connection from
+// this node (its addresses, loopback included), "local" when the uid
+// cannot be learnt, else the remote address.
+func (s *sources) key(c net.Conn) string {
+	self, err1 := netip.ParseAddrPort(c.LocalAddr().String())
+	peer, err2 := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err1 != nil || err2 != nil {
+		return c.RemoteAddr().String()
 	}
-	ip := ap.Addr().Unmap()
+	ip := peer.Addr().Unmap().WithZone("")
+	if !ip.IsLoopback() && !s.isLocal(ip) {
+		return ip.String()
+	}
+	if uid, err := s.diag.uid(unmapPort(peer), unmapPort(self)); err == nil {
+		return fmt.Sprintf("uid:%d", uid)
+	}
+	return "local"
+}
+
+// unmapPort is ap with its address unmapped (an IPv4 peer of a dual-stack
+// listener has an IPv4 socket).
+func unmapPort(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
+}
+
+// isLocal reports whether ip is one of this node's addresses (re-read
+// every 10 s).
+func (s *sources) isLocal(ip netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if time.Since(s.localAt) > 10*time.Second {
 		s.local, s.localAt = map[netip.Addr]bool{}, time.Now()
 		if addrs, err := net.InterfaceAddrs(); err == nil {
@@ -202,61 +248,108 @@ func (s *sources) key(remote string) string {
 			}
 		}
 	}
-	if ip.IsLoopback() || s.local[ip.WithZone("")] {
-		return "local"
-	}
-	if ip.Is6() {
-		p, _ := ip.WithZone("").Prefix(64)
-		return p.String()
-	}
-	return ip.String()
+	return s.local[ip]
 }
 
-// take counts one more of what key holds in m (conns or scrapes), false
-// (nothing counted) past per, or past max in all when total is given.
-// Called with s.mu held.
-func take(m map[string]int, total *int, key string, per, max int) bool {
-	if m[key] >= per || (total != nil && *total >= max) {
-		return false
-	}
-	m[key]++
-	if total != nil {
-		*total++
-	}
-	return true
-}
-
-// give undoes take.
-func (s *sources) give(m map[string]int, total *int, key string) {
+// admit counts c for its source and returns the connection it displaces
+// (to be closed by the caller), or ok false when there is no room for c.
+func (s *sources) admit(c *limitConn) (victim *limitConn, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m[key]--; m[key] <= 0 {
-		delete(m, key)
+	switch {
+	case len(s.conns[c.key]) >= connsPerSource:
+		victim = evictable(s.conns[c.key])
+	case s.nconns >= maxMetricsConns:
+		var most []*limitConn
+		for _, cs := range s.conns {
+			if len(cs) > len(most) {
+				most = cs
+			}
+		}
+		victim = evictable(most)
+	default:
+		s.conns[c.key] = append(s.conns[c.key], c)
+		s.nconns++
+		return nil, true
 	}
-	if total != nil {
-		*total--
+	if victim == nil {
+		return nil, false
 	}
+	s.dropLocked(victim)
+	s.conns[c.key] = append(s.conns[c.key], c)
+	s.nconns++
+	return victim, true
+}
+
+// evictable is the oldest of cs that is idle or has not sent a request
+// yet, nil if all are serving one.
+func evictable(cs []*limitConn) *limitConn {
+	for _, c := range cs {
+		if st := http.ConnState(c.state.Load()); st == http.StateNew || st == http.StateIdle {
+			return c
+		}
+	}
+	return nil
+}
+
+// drop stops counting c (once).
+func (s *sources) drop(c *limitConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLocked(c)
+}
+
+func (s *sources) dropLocked(c *limitConn) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	cs := s.conns[c.key]
+	for i, x := range cs {
+		if x == c {
+			cs = append(cs[:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(s.conns, c.key)
+	} else {
+		s.conns[c.key] = cs
+	}
+	s.nconns--
 }
 
 // limit answers 503 to a scrape past its source's share (the handler's
 // MaxRequestsInFlight bounds them all).
 func (s *sources) limit(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := "?"
+		if c, ok := r.Context().Value(connKey{}).(*limitConn); ok {
+			key = c.key
+		}
 		s.mu.Lock()
-		key := s.key(r.RemoteAddr)
-		ok := take(s.scrapes, nil, key, scrapesPerSource, 0)
+		ok := s.scrapes[key] < scrapesPerSource
+		if ok {
+			s.scrapes[key]++
+		}
 		s.mu.Unlock()
 		if !ok {
 			http.Error(w, "too many scrapes from this source at once", http.StatusServiceUnavailable)
 			return
 		}
-		defer s.give(s.scrapes, nil, key)
+		defer func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.scrapes[key]--; s.scrapes[key] <= 0 {
+				delete(s.scrapes, key)
+			}
+		}()
 		h.ServeHTTP(w, r)
 	})
 }
 
-// limitListener closes connections past their source's share or the
-// total at once, before the server spends anything on them.
+// limitListener admits connections by their source's share and the total
+// (sources.admit) before the server spends anything on them.
 type limitListener struct {
 	net.Listener
 	src *sources
@@ -268,29 +361,40 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := l.src
-		s.mu.Lock()
-		key := s.key(c.RemoteAddr().String())
-		ok := take(s.conns, &s.nconns, key, connsPerSource, maxMetricsConns)
-		s.mu.Unlock()
+		lc := &limitConn{Conn: c, src: l.src, key: l.src.key(c)}
+		victim, ok := l.src.admit(lc)
+		if victim != nil {
+			victim.Conn.Close() // its server goroutine sees the error and ends
+		}
 		if ok {
-			return &limitConn{Conn: c, src: s, key: key}, nil
+			return lc, nil
 		}
 		c.Close()
 	}
 }
 
-// limitConn gives its source's share back when it closes.
+// limitConn is an admitted connection: its source, its HTTP state
+// (ConnState), and the share it gives back when it closes.
 type limitConn struct {
 	net.Conn
-	src  *sources
-	key  string
-	once sync.Once
+	src   *sources
+	key   string
+	state atomic.Int32 // http.ConnState
+	gone  bool         // no longer counted; guarded by src.mu
 }
 
 func (c *limitConn) Close() error {
-	c.once.Do(func() { c.src.give(c.src.conns, &c.src.nconns, c.key) })
+	c.src.drop(c)
 	return c.Conn.Close()
+}
+
+// CloseWrite lets the server end its side gracefully after an error
+// reply, as it does on a bare TCP connection.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // MetricsAddr is the address metrics are served on (the real port when
