@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/internal/testutil"
@@ -282,6 +283,18 @@ func TestXDPLoadsWithAgentCaps(t *testing.T) {
 func TestXDPChecksumEveryLength(t *testing.T) {
 	dp := fixture(t)
 	tb := fixtureTables(t, dp)
+	// The program of native mode, and the single-buffer copy generic
+	// mode attaches (loader.Objects.ProgramFor).
+	for _, mode := range []loader.Mode{loader.Native, loader.Generic} {
+		prog, err := dp.ProgramFor(mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checksumEveryLength(t, dp, tb, prog, mode)
+	}
+}
+
+func checksumEveryLength(t *testing.T, dp *loader.Objects, tb *xdpmodel.Tables, prog *ebpf.Program, mode loader.Mode) {
 	for _, c := range []struct {
 		src, dst netip.AddrPort
 		epID     uint32
@@ -301,14 +314,14 @@ func TestXDPChecksumEveryLength(t *testing.T) {
 				s.Payload[i] = byte(i*7 + n)
 			}
 			good := wire.Build(s)
-			r, err := xdptest.Run(dp, good)
+			r, err := xdptest.RunProgram(prog, good, bpf.XDPMD{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			wantMeta := wire.Meta{FiAddr: c.fiAddr, UserID: notAvail, EpID: c.epID, Flags: wire.MetaKnown, L3Off: c.l3, HdrOff: c.hdr,
 				PayloadLen: uint16(n), Family: c.family, Version: wire.MetaVersion, RxCtx: c.rxCtx}
 			if r.Verdict != xdpRedirect || !r.HasMeta || r.Meta != wantMeta {
-				t.Fatalf("%v, payload %d B: verdict %d, metadata %+v (%v), want a redirect with %+v", c.src, n, r.Verdict, r.Meta, r.HasMeta, wantMeta)
+				t.Fatalf("%v %v, payload %d B: verdict %d, metadata %+v (%v), want a redirect with %+v", mode, c.src, n, r.Verdict, r.Meta, r.HasMeta, wantMeta)
 			}
 			udp := int(c.hdr) - 8
 			before, err := dp.Counters()
@@ -318,12 +331,12 @@ func TestXDPChecksumEveryLength(t *testing.T) {
 			for _, at := range []int{udp + 8, udp + (8+wire.HdrLen+n)/2, len(good) - 1} {
 				bad := bytes.Clone(good)
 				bad[at] ^= 0x40
-				r, err := xdptest.Run(dp, bad)
+				r, err := xdptest.RunProgram(prog, bad, bpf.XDPMD{})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if r.Verdict != xdpDrop {
-					t.Fatalf("%v, payload %d B, byte %d corrupted: verdict %d, want a drop", c.src, n, at, r.Verdict)
+					t.Fatalf("%v %v, payload %d B, byte %d corrupted: verdict %d, want a drop", mode, c.src, n, at, r.Verdict)
 				}
 				if m := tb.Run(bad, bpf.XDPMD{IngressIfindex: 1}); m.Counter != bpf.CounterCsumError {
 					t.Fatalf("%v, payload %d B, byte %d corrupted: the model says %v", c.src, n, at, m)

@@ -70,14 +70,19 @@ func (d *Objects) Attach(ifname string, mode Mode) (*Attachment, error) {
 		if l, err := link.LoadPinnedLink(a.pin, nil); err == nil {
 			if info, ierr := l.Info(); ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == iface.Index {
 				// The link keeps the mode it was attached in: its
-				// program is that mode's.
-				a.Mode = attachedMode(iface.Index, mode)
-				prog, err := d.programFor(a.Mode)
-				if err != nil {
-					l.Close()
-					return nil, fmt.Errorf("adopt pinned xdp link %s: %w", a.pin, err)
+				// program is that mode's. Where netlink does not say
+				// (programs in two modes), the multi-buffer program,
+				// which runs in either.
+				var known bool
+				a.Mode, known = attachedMode(iface.Index, mode)
+				prog, err := d.ProgramFor(a.Mode)
+				if !known {
+					prog, err = d.ProgramFor(Native)
 				}
-				if err := l.Update(prog); err != nil {
+				if err == nil {
+					err = l.Update(prog)
+				}
+				if err != nil {
 					l.Close()
 					return nil, fmt.Errorf("adopt pinned xdp link %s: %w", a.pin, err)
 				}
@@ -98,7 +103,7 @@ func (d *Objects) Attach(ifname string, mode Mode) (*Attachment, error) {
 	if mode == Generic {
 		flags = link.XDPGenericMode
 	}
-	prog, err := d.programFor(mode)
+	prog, err := d.ProgramFor(mode)
 	if err != nil {
 		return nil, fmt.Errorf("attach xdpfab to %s: %w", ifname, err)
 	}
@@ -135,19 +140,20 @@ func attachError(ifname string, mode Mode, err error) error {
 }
 
 // attachedMode is the mode of the XDP program attached to ifindex as
-// netlink reports it, or def when it reports none it knows.
-func attachedMode(ifindex int, def Mode) Mode {
+// netlink reports it (known), or def when it reports none it knows (none,
+// or programs in several modes).
+func attachedMode(ifindex int, def Mode) (mode Mode, known bool) {
 	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil || l.Attrs().Xdp == nil {
-		return def
+		return def, false
 	}
 	switch l.Attrs().Xdp.AttachMode {
 	case xdpAttachedSKB:
-		return Generic
+		return Generic, true
 	case xdpAttachedDrv:
-		return Native
+		return Native, true
 	}
-	return def
+	return def, false
 }
 
 // otherXDP reports an XDP program attached to ifindex, if any.

@@ -43,11 +43,15 @@ type generic struct {
 	prog *ebpf.Program
 }
 
-// programFor returns the program to attach in mode: the loaded program in
+// ProgramFor returns the program Attach attaches in mode: Program in
 // native mode, its single-buffer copy in generic mode (loaded on first
-// use).
-func (d *Objects) programFor(mode Mode) (*ebpf.Program, error) {
-	if mode != Generic {
+// use, on the same maps). A dataplane without a program (OpenPinned,
+// FromFDs) has none to give: nil.
+func (d *Objects) ProgramFor(mode Mode) (*ebpf.Program, error) {
+	if err := d.loaded("xdpfab program"); err != nil {
+		return nil, err
+	}
+	if mode != Generic || d.Program == nil {
 		return d.Program, nil
 	}
 	g := &d.generic

@@ -36,12 +36,18 @@ func Run(dp *loader.Objects, f []byte) (Result, error) { return RunQueue(dp, f, 
 // kernel needs IngressIfindex, of a device in the calling thread's network
 // namespace, for any RxQueueIndex but 0).
 func RunQueue(dp *loader.Objects, f []byte, ctx bpf.XDPMD) (Result, error) {
+	return RunProgram(dp.Program, f, ctx)
+}
+
+// RunProgram is RunQueue with a program of the dataplane's own choosing
+// (loader.Objects.ProgramFor: the generic-mode copy).
+func RunProgram(prog *ebpf.Program, f []byte, ctx bpf.XDPMD) (Result, error) {
 	var ctxOut bpf.XDPMD
 	ctx.DataEnd = uint32(len(f))
 	opts := &ebpf.RunOptions{
 		Data: f, DataOut: make([]byte, len(f)+256), Context: ctx, ContextOut: &ctxOut,
 	}
-	ret, err := dp.Program.Run(opts)
+	ret, err := prog.Run(opts)
 	if err != nil {
 		return Result{}, fmt.Errorf("test run: %w", err)
 	}
