@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"golang.org/x/sys/unix"
@@ -456,13 +458,25 @@ func (a *Agent) handlerTable() map[string]handler {
 	add(typed(ctl.OpEPReport, func(cn *conn, args ctl.EPReportArgs) (ctl.None, []int, error) {
 		return ctl.None{}, nil, a.epReport(cn, args)
 	}))
-	add(typed(ctl.OpMapsOpen, func(cn *conn, _ ctl.None) (ctl.None, []int, error) {
+	add(typed(ctl.OpMapsOpen, func(cn *conn, args ctl.MapsOpenArgs) (ctl.None, []int, error) {
 		// Opened afresh for every request: the AV tables come and go
 		// (new AVs, growth), and a handle kept would keep a replaced
 		// table's memory alive.
-		ms, err := a.dp.ReadOnlyFDs()
+		var ms []*ebpf.Map
+		var err error
+		if args.AV == "" {
+			ms, err = a.dp.ReadOnlyFDs()
+		} else if err = av.ValidName(args.AV); err == nil {
+			ms, err = a.dp.ReadOnlyFDsFor(args.AV)
+		}
 		if err != nil {
 			return ctl.None{}, nil, err
+		}
+		if n := len(ms) + len(a.dp.StampFDs()); n > ctl.MaxFDs {
+			for _, m := range ms {
+				m.Close()
+			}
+			return ctl.None{}, nil, fmt.Errorf("maps.open: %d descriptors, more than one message carries (%d): name the AV: %w", n, ctl.MaxFDs, fi.EMSGSIZE)
 		}
 		fds := make([]int, len(ms), len(ms)+2)
 		for i, m := range ms {

@@ -3,6 +3,7 @@
 package agent_test
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/loader"
@@ -82,5 +84,44 @@ func TestClientCopySeesOwnersChanges(t *testing.T) {
 			t.Fatal("the reader still resolves a removed index after 5 s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// maps.open handed over every AV's table, one descriptor each, and one
+// message carries at most ctl.MaxFDs: on a node with about 250 AVs every
+// application's OpenAV failed with EMSGSIZE. Now the client names its AV
+// and gets that table only (and maps.open without a name says to name
+// one).
+func TestOpenAVAmongManyAVs(t *testing.T) {
+	_, _, sock := inProcessAgent(t)
+	root, err := client.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	const n = ctl.MaxFDs // more AVs than one message carries tables for
+	for i := range n {
+		if _, err := root.AVCreate(ctl.AVCreateArgs{Name: fmt.Sprintf("many%d", i), Count: 1}); err != nil {
+			t.Fatalf("AV %d: %v", i, err)
+		}
+	}
+	last := fmt.Sprintf("many%d", n-1)
+	if r, err := root.AVInsert(ctl.AVInsertArgs{Name: last, Addrs: []string{"198.18.9.1:7000"}}); err != nil || r.Inserted != 1 {
+		t.Fatal(r, err)
+	}
+	dp, a, err := root.OpenAV(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	defer a.Close()
+	if ap, ok := a.Resolve(0); !ok || ap.String() != "198.18.9.1:7000" {
+		t.Errorf("resolve: %v %v", ap, ok)
+	}
+	if _, err := root.Call(ctl.OpMapsOpen.Name(), nil, nil); !errors.Is(err, fi.EMSGSIZE) {
+		t.Errorf("maps.open of every AV's table: %v, want EMSGSIZE", err)
+	}
+	if _, _, err := root.OpenAV("no-such-av"); !errors.Is(err, fi.ENOENT) {
+		t.Errorf("OpenAV of no AV: %v, want ENOENT", err)
 	}
 }

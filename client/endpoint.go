@@ -80,7 +80,10 @@ func firstRx(a ep.Attr) *cq.CQ {
 // lookups without a round trip to the agent. Writes go through the agent
 // (AVInsert, AVRemove, ...). Close the Objects after the AV.
 func (c *Client) OpenAV(name string) (*loader.Objects, *av.AV, error) {
-	_, fds, err := call(c, ctl.OpMapsOpen, ctl.None{})
+	// The maps and this AV's table: every AV's would not fit one
+	// message on a node with many.
+	args := ctl.MapsOpenArgs{AV: name}
+	_, fds, err := call(c, ctl.OpMapsOpen, args)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +93,7 @@ func (c *Client) OpenAV(name string) (*loader.Objects, *av.AV, error) {
 	}
 	// A table replaced by growth: fetch the current descriptors.
 	dp.SetTableSource(func() ([]int, error) {
-		_, fds, err := call(c, ctl.OpMapsOpen, ctl.None{})
+		_, fds, err := call(c, ctl.OpMapsOpen, args)
 		return fds, err
 	})
 	return openAV(dp, name)

@@ -13,7 +13,11 @@ import (
 // 2: the endpoint sockets the agent hands over are bound multi-buffer
 // (XDP_USE_SG): a client of version 1 would read a jumbo frame's chain of
 // descriptors as separate frames.
-const Version = 2
+//
+// 3: maps.open takes the AV whose table the client wants (MapsOpenArgs):
+// every AV's table no longer fits one message on a node with many AVs, and
+// an agent of version 2 refuses the field.
+const Version = 3
 
 // HelloArgs opens a connection.
 type HelloArgs struct {

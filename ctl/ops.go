@@ -95,9 +95,10 @@ var (
 	// agent for its metrics.
 	OpEPReport = op[EPReportArgs, None]("ep.report")
 	// OpMapsOpen returns read-only descriptors of the node's maps
-	// (loader.ReadOnlyMaps order): how an application reads named AVs when
-	// it cannot reach the pins.
-	OpMapsOpen = op[None, None]("maps.open")
+	// (loader.ReadOnlyMaps order), then of the named AV's table (every
+	// AV's without a name), then the AV change stamps: how an application
+	// reads a named AV when it cannot reach the pins.
+	OpMapsOpen = op[MapsOpenArgs, None]("maps.open")
 	// OpNeighUse asks the agent to make the kernel resolve a next hop.
 	OpNeighUse = op[NeighUseArgs, None]("neigh.use")
 
@@ -304,6 +305,13 @@ type EPOpenArgs struct {
 // EPOpenResult is the agent's answer to OpEPOpen, beside the descriptors.
 type EPOpenResult struct {
 	Handover ep.HandoverInfo `json:"handover"`
+}
+
+// MapsOpenArgs names the AV whose table maps.open hands over with the
+// maps. Empty asks for every AV's table, which fails (EMSGSIZE) once the
+// node has more AVs than one message carries descriptors for.
+type MapsOpenArgs struct {
+	AV string `json:"av,omitempty"`
 }
 
 // EPCloseArgs names an endpoint the caller opened.

@@ -217,10 +217,17 @@ func WaitReaders() { waitReaders() }
 
 // pinnedTables opens read-only handles on every pinned AV table, for
 // ReadOnlyFDs.
-func (d *Objects) pinnedTables() ([]*ebpf.Map, error) {
+func (d *Objects) pinnedTables(name string) ([]*ebpf.Map, error) {
 	paths, err := filepath.Glob(filepath.Join(d.cfg.PinRoot, "maps", avTablePrefix+"*"))
 	if err != nil {
 		return nil, err
+	}
+	if name != "" {
+		id, ok := d.namedAV(name)
+		if !ok {
+			return nil, fmt.Errorf("loader: read-only handles: no AV named %q: %w", name, fi.ENOENT)
+		}
+		paths = []string{d.avTablePin(id)}
 	}
 	var out []*ebpf.Map
 	for _, p := range paths {
@@ -328,4 +335,16 @@ func pageHeader(page *[bpf.AVPage]byte) bpf.AVHdr {
 	var hdr bpf.AVHdr
 	_, _ = binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
 	return hdr
+}
+
+// namedAV finds the in-use AV slot called name in xdpfab_avmeta.
+func (d *Objects) namedAV(name string) (uint32, bool) {
+	n := d.AVMeta.MaxEntries()
+	for id := uint32(1); id < n; id++ {
+		var m bpf.AVMeta
+		if d.AVMeta.Lookup(id, &m) == nil && m.InUse != 0 && m.NameString() == name {
+			return id, true
+		}
+	}
+	return 0, false
 }

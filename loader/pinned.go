@@ -90,6 +90,21 @@ func (d *Objects) readOnlySet() []**ebpf.Map {
 // ReadOnlyMaps order, then on every AV table, for handing to applications
 // (close them after).
 func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
+	return d.readOnlyFDs("")
+}
+
+// ReadOnlyFDsFor is ReadOnlyFDs with the table of the named AV only: what
+// an application that opens that AV needs, and a bounded number of
+// descriptors however many AVs the node has (one message carries at most
+// ctl.MaxFDs). No AV of that name is ENOENT.
+func (d *Objects) ReadOnlyFDsFor(name string) ([]*ebpf.Map, error) {
+	if name == "" {
+		return nil, fmt.Errorf("loader: read-only handles for an AV: no name: %w", fi.EINVAL)
+	}
+	return d.readOnlyFDs(name)
+}
+
+func (d *Objects) readOnlyFDs(name string) ([]*ebpf.Map, error) {
 	if err := d.loaded("loader: read-only handles"); err != nil {
 		return nil, err
 	}
@@ -107,7 +122,7 @@ func (d *Objects) ReadOnlyFDs() ([]*ebpf.Map, error) {
 		}
 		out = append(out, m)
 	}
-	tables, err := d.pinnedTables()
+	tables, err := d.pinnedTables(name)
 	if err != nil {
 		for _, o := range out {
 			o.Close()
