@@ -112,6 +112,31 @@ type avLocks struct {
 	mu     sync.Mutex
 	names  map[string]*usedLock
 	owners map[uint32]*usedLock
+	// users serialises the checks of inserts against the node's limit of
+	// entries of uids other than root (Limits.Entries), which inserts
+	// into the AVs of several owners pass at once: pending are those
+	// checked and not done yet, whose entries may not all be in their
+	// tables yet.
+	users   sync.Mutex
+	pending map[*pendingInsert]bool
+}
+
+// pendingInsert is an insert of up to n entries into AV id, whose table
+// held live entries when the insert was checked. No other change of the
+// AV runs meanwhile (the name's lock): what the table holds beyond live
+// is the insert's.
+type pendingInsert struct {
+	id      uint32
+	live, n int
+}
+
+// outstanding is what of p is not in AV p.id's table yet, which holds
+// live entries now (-1: the table is gone, or could not be read).
+func (p *pendingInsert) outstanding(live int) int {
+	if live < 0 {
+		return p.n
+	}
+	return p.n - min(max(live-p.live, 0), p.n)
 }
 
 // usedLock is a lock of a keyed set (avLocks) that lives while requests
@@ -277,36 +302,90 @@ func roomAfter(h bpf.AVHdr, n int) int {
 // reserveEntries refuses an insert of up to n addresses into the AV ref
 // when the entries of all the AVs its owner owns would exceed the owner's
 // quota (Limits.EntriesPerUID), or the room of their tables, which the
-// insert may grow, the owner's room quota (Limits.AVRoomPerUID); root's
-// AVs are not counted. Otherwise it returns holding the owner's quota lock
-// (lockOwner), which the caller releases once its insert is done. Entries
-// and room count against the AV's owner whoever inserts them, as a file's
-// blocks count against its owner.
+// insert may grow, the owner's room quota (Limits.AVRoomPerUID), or the
+// entries of the named AVs of all uids but root the node's limit for them
+// (Limits.Entries: EAGAIN); root's AVs are not counted. Otherwise it
+// returns holding the owner's quota lock (lockOwner), and the insert
+// counted as pending against the node's limit, which the caller releases
+// once its insert is done. Entries and room count against the AV's owner
+// whoever inserts them, as a file's blocks count against its owner.
 func (a *Agent) reserveEntries(what string, ref avRef, n int) (release func(), err error) {
 	if ref.owner == 0 {
 		return func() {}, nil
 	}
 	unlock := a.lockOwner(ref.owner)
+	// The tables are read and the insert recorded under the users' lock:
+	// the entries of another owner's insert are then in the tables read,
+	// or still outstanding in its record, not neither (nor both).
+	a.avl.users.Lock()
 	h, err := a.tableHeader(ref.v.ID())
 	if err != nil {
+		a.avl.users.Unlock()
 		unlock()
 		return nil, fmt.Errorf("%s %q: %w", what, ref.name, err)
 	}
-	entries, room := a.holdings(ref.owner, ref.v.ID())
-	entries += int(h.Live)
+	entries, room, users := int(h.Live), 0, 0
+	live := map[uint32]int{} // the entries of the named AVs of uids other than root
+	av.Slots(a.dp, func(id uint32, m *bpf.AVMeta) {
+		if m.OwnerUid == 0 || m.NameString() == "" {
+			return
+		}
+		if id == ref.v.ID() {
+			live[id] = int(h.Live)
+			return
+		}
+		t, err := a.tableHeader(id)
+		if err != nil {
+			return
+		}
+		live[id] = int(t.Live)
+		if m.OwnerUid == ref.owner {
+			entries += int(t.Live)
+			room += int(t.Cap)
+		}
+	})
+	for _, e := range live {
+		users += e
+	}
+	pending := 0
+	for p := range a.avl.pending {
+		l, ok := live[p.id]
+		if !ok {
+			l = -1
+		}
+		pending += p.outstanding(l)
+	}
 	grown := roomAfter(h, n)
 	switch l := a.cfg.Limits; {
 	case entries+n > l.EntriesPerUID:
-		unlock()
-		return nil, fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",
+		err = fmt.Errorf("%s %q: its owner (uid %d) holds %d AV entries, %d more exceed the quota of %d: %w",
 			what, ref.name, ref.owner, entries, n, l.EntriesPerUID, fi.EDQUOT)
 	case room+grown > l.AVRoomPerUID:
-		unlock()
-		return nil, fmt.Errorf("%s %q: the tables of its owner's (uid %d) AVs would have room for %d indices with %d more entries, "+
+		err = fmt.Errorf("%s %q: the tables of its owner's (uid %d) AVs would have room for %d indices with %d more entries, "+
 			"over the quota of %d (a table is kernel memory the size of its room, and doubles when it fills): %w",
 			what, ref.name, ref.owner, room+grown, n, l.AVRoomPerUID, fi.EDQUOT)
+	case users+pending+n > a.userEntries():
+		err = fmt.Errorf("%s %q: the named AVs of uids other than root hold %d entries (and %d are being inserted), %d more exceed their limit of %d "+
+			"(the rest of the node's %d AV entries is kept for root): %w",
+			what, ref.name, users, pending, n, a.userEntries(), a.dp.Config().AVEntries, fi.EAGAIN)
 	}
-	return unlock, nil
+	if err != nil {
+		a.avl.users.Unlock()
+		unlock()
+		return nil, err
+	}
+	p := &pendingInsert{id: ref.v.ID(), live: int(h.Live), n: n}
+	if a.avl.pending == nil {
+		a.avl.pending = map[*pendingInsert]bool{}
+	}
+	a.avl.pending[p] = true
+	a.avl.users.Unlock()
+	return func() {
+		a.avl.users.Lock()
+		delete(a.avl.pending, p)
+		a.avl.users.Unlock()
+		unlock()
+	}, nil
 }
 
 // avGroup resolves an AV's group for its creator: a group the creator is

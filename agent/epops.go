@@ -20,6 +20,7 @@ type clientEP struct {
 	local   string
 	pid     int32
 	umem    int64             // bytes counted against the owner's quota
+	slots   int               // XSKMAP slots counted against the owner's quota
 	dom     *agentDomain      // the sharing domain it is in, or nil
 	hold    *queueHold        // a private endpoint's queues, or nil
 	ifindex int               // the interface it was prepared on
@@ -66,20 +67,28 @@ func (a *Agent) attachedTo(iface string) bool {
 	return false
 }
 
-// reserveEP counts an endpoint of umem bytes against uid's quotas.
-func (a *Agent) reserveEP(uid uint32, umem int64) error {
+// reserveEP counts an endpoint of umem bytes and slots XSKMAP slots
+// against uid's quotas.
+func (a *Agent) reserveEP(uid uint32, umem int64, slots int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	u, l := a.usageOf(uid), a.cfg.Limits
-	eps, all := a.usersHold()
+	all := a.usersHold()
 	switch {
-	case uid != 0 && eps >= a.userEndpoints():
-		return fmt.Errorf("ep open: the agent holds %d endpoints for uids other than root, its limit: %w", eps, fi.EAGAIN)
-	case uid != 0 && all+umem > l.UMEMBytes:
+	case uid != 0 && all.endpoints >= a.userEndpoints():
+		return fmt.Errorf("ep open: the agent holds %d endpoints for uids other than root, its limit: %w", all.endpoints, fi.EAGAIN)
+	case uid != 0 && all.umem+umem > l.UMEMBytes:
 		return fmt.Errorf("ep open: the agent holds %d bytes of frame memory for uids other than root, %d more exceed its limit of %d: %w",
-			all, umem, l.UMEMBytes, fi.EAGAIN)
+			all.umem, umem, l.UMEMBytes, fi.EAGAIN)
+	case uid != 0 && all.slots+slots > a.userXSKSlots():
+		return fmt.Errorf("ep open: the endpoints of uids other than root hold %d XSKMAP slots, the endpoint's %d (receive contexts x queues) "+
+			"more exceed their limit of %d (the other slots of the %d are kept for root): %w",
+			all.slots, slots, a.userXSKSlots(), a.dp.XSKs.MaxEntries(), fi.EAGAIN)
 	case u.endpoints >= l.EndpointsPerUID:
 		return fmt.Errorf("ep open: uid %d holds %d endpoints, its quota: %w", uid, u.endpoints, fi.EDQUOT)
+	case u.slots+slots > a.xskQuota():
+		return fmt.Errorf("ep open: the endpoints of uid %d hold %d XSKMAP slots, the endpoint's %d (receive contexts x queues) more exceed its quota of %d: %w",
+			uid, u.slots, slots, a.xskQuota(), fi.EDQUOT)
 	case u.umem+umem > l.UMEMBytesPerUID && u.lingering > 0:
 		return fmt.Errorf("ep open: uid %d holds %d bytes of frame memory (%d of them of closed endpoints whose sockets the kernel may still hold: "+
 			"charged until the kernel shows them closed, or, without CONFIG_XDP_SOCKETS_DIAG, until the process that opened them exits), "+
@@ -90,17 +99,58 @@ func (a *Agent) reserveEP(uid uint32, umem int64) error {
 	}
 	u.endpoints++
 	u.umem += umem
+	u.slots += slots
 	return nil
 }
 
 // releaseEP gives an endpoint's quota back.
-func (a *Agent) releaseEP(uid uint32, umem int64) {
+func (a *Agent) releaseEP(uid uint32, umem int64, slots int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	u := a.usageOf(uid)
 	u.endpoints--
 	u.umem -= umem
+	u.slots -= slots
 	a.forgetIdle(uid)
+}
+
+// xskSlots bounds the XSKMAP slots an endpoint request takes, one per
+// receive context and queue, before anything is made: its queues are the
+// request's, else those of the sharing domain it joins, else (a domain to
+// be made, or a private endpoint) every queue of the interface from its
+// first on, at most ep.MaxQueues. The endpoint made may take fewer (those
+// it could bind): chargeSlots then charges what it took.
+func (a *Agent) xskSlots(args ctl.EPOpenArgs, ifindex int, domain string) int {
+	queues := args.Queues
+	if queues == 0 && domain != "" {
+		a.qmu.Lock()
+		for _, h := range a.holds[ifindex] {
+			if h.dom != nil && h.dom.name == domain {
+				queues = h.dom.dom.Config().Queues
+			}
+		}
+		a.qmu.Unlock()
+	}
+	if queues == 0 {
+		queues = min(max(rxQueues(ifindex)-args.FirstQueue, 1), ep.MaxQueues)
+	}
+	return max(args.RxContexts, 1) * queues
+}
+
+// chargeSlots sets the XSKMAP slots e is charged for to what it took,
+// slots: fewer than reserved give the rest back; more (the interface's
+// queues changed meanwhile) must fit the quotas as reserveEP's did.
+func (a *Agent) chargeSlots(uid uint32, e *clientEP, slots int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u, more := a.usageOf(uid), slots-e.slots
+	if more > 0 && (u.slots+more > a.xskQuota() || uid != 0 && a.usersHold().slots+more > a.userXSKSlots()) {
+		return fmt.Errorf("ep open: the endpoint took %d XSKMAP slots, %d were counted, and %d more exceed the quota of uid %d or the limit of uids other than root: %w",
+			slots, e.slots, more, uid, fi.EAGAIN)
+	}
+	u.slots += more
+	e.slots = slots
+	return nil
 }
 
 // reserveUMEM counts a sharing domain's frame memory against the quota of
@@ -109,7 +159,7 @@ func (a *Agent) reserveUMEM(uid uint32, umem int64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	u, l := a.usageOf(uid), a.cfg.Limits
-	if _, all := a.usersHold(); uid != 0 && all+umem > l.UMEMBytes {
+	if all := a.usersHold().umem; uid != 0 && all+umem > l.UMEMBytes {
 		return fmt.Errorf("ep open: the agent holds %d bytes of frame memory for uids other than root, a sharing domain's %d more exceed its limit of %d: %w",
 			all, umem, l.UMEMBytes, fi.EAGAIN)
 	}
@@ -151,28 +201,34 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
 		BindMode: a.cfg.BindMode, Logger: a.log, OwnerPID: int(cn.who.pid), OwnerStart: cn.who.start,
 	}
+	// The interface's queues bound the endpoint's XSKMAP slots, so it is
+	// looked up first; one that is not there is refused after the quotas
+	// all the same.
+	ifc, ifErr := net.InterfaceByName(args.Iface)
 	e := &clientEP{local: args.Local, pid: cn.who.pid}
+	if ifErr == nil {
+		e.ifindex = ifc.Index
+	}
+	e.slots = a.xskSlots(args, e.ifindex, domain)
 	if args.Private {
 		e.umem = umemBytes(args.Frames)
 	}
-	if err := a.reserveEP(cn.who.uid, e.umem); err != nil {
+	if err := a.reserveEP(cn.who.uid, e.umem, e.slots); err != nil {
 		// Frame memory of endpoints closed a moment ago may still be
 		// charged (linger.go): look again before refusing.
 		a.sweepLingering()
-		if err = a.reserveEP(cn.who.uid, e.umem); err != nil {
+		if err = a.reserveEP(cn.who.uid, e.umem, e.slots); err != nil {
 			return ctl.EPOpenResult{}, nil, err
 		}
 	}
 	defer func() {
 		if err != nil {
-			a.releaseEP(cn.who.uid, e.umem)
+			a.releaseEP(cn.who.uid, e.umem, e.slots)
 		}
 	}()
-	ifc, err := net.InterfaceByName(args.Iface)
-	if err != nil {
+	if ifErr != nil {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: interface %q: %w", args.Iface, fi.ENODEV)
 	}
-	e.ifindex = ifc.Index
 	// The descriptors the endpoint's handover will carry (its frames'
 	// memfd, an anchor socket per queue, a socket per context and queue,
 	// the domain's block and transmit socket), bounded before any is made
@@ -240,6 +296,10 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		a.closeEP(e, "too many descriptors")
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",
 			info.RxContexts, info.Queues, len(fds), ctl.MaxFDs, fi.EINVAL)
+	}
+	if err := a.chargeSlots(cn.who.uid, e, info.RxContexts*info.Queues); err != nil {
+		a.closeEP(e, "XSKMAP slots over quota")
+		return ctl.EPOpenResult{}, nil, err
 	}
 	if domain != "" {
 		rec.add("domain", domain)

@@ -36,9 +36,20 @@ type Limits struct {
 	Channels  int
 	// Frames, RingSize and RxContexts bound one endpoint's request.
 	Frames, RingSize, RxContexts int
+	// XSKSlotsPerUID bounds the XSKMAP slots one uid's endpoints hold
+	// together (an endpoint takes one per receive context and queue),
+	// XSKSlots those of all uids other than root, so that the rest stays
+	// root's. Zero: a quarter and three quarters of the XSKMAP
+	// (loader.Config.XSKSlots; 256 and 768 of 1024).
+	XSKSlotsPerUID, XSKSlots int
 	// AVsPerUID bounds the named AVs one uid owns, EntriesPerUID the
 	// entries in them together.
 	AVsPerUID, EntriesPerUID int
+	// Entries bounds the entries in the named AVs uids other than root
+	// own together, so that four uids at EntriesPerUID do not fill the
+	// node's AV entries and root's AVs always have room. Zero: three
+	// quarters of the node's AV entries (loader.Config.AVEntries).
+	Entries int
 	// AVRoomPerUID bounds the room (indices) of the tables of the named
 	// AVs one uid owns together: a table is locked kernel memory the size
 	// of its room (~56 B an index) from the start (its count hint) and
@@ -134,7 +145,8 @@ func (l *Limits) validate() error {
 		"domain slots": int64(l.DomainSlots), "domain rx frames": int64(l.DomainRxFrames), "domain tx frames": int64(l.DomainTxFrames),
 		"neighbors": int64(l.Neighbors), "neighbors per uid": int64(l.NeighborsPerUID),
 		"endpoints": int64(l.Endpoints), "UMEM bytes": l.UMEMBytes, "channels": int64(l.Channels),
-		"AV room per uid": int64(l.AVRoomPerUID), "AVs": int64(l.AVs)} {
+		"AV room per uid": int64(l.AVRoomPerUID), "AVs": int64(l.AVs), "AV entries": int64(l.Entries),
+		"XSKMAP slots per uid": int64(l.XSKSlotsPerUID), "XSKMAP slots": int64(l.XSKSlots)} {
 		if v < 0 {
 			return fmt.Errorf("agent: limit %s is negative (%d): %w", name, v, fi.EINVAL)
 		}
@@ -200,20 +212,48 @@ func (a *Agent) userEndpoints() int {
 	return max(1, int(a.dp.EP.MaxEntries())*3/4)
 }
 
+// xskQuota is Limits.XSKSlotsPerUID, or its default once the maps are
+// loaded.
+func (a *Agent) xskQuota() int {
+	if n := a.cfg.Limits.XSKSlotsPerUID; n > 0 {
+		return n
+	}
+	return max(1, int(a.dp.XSKs.MaxEntries())/4)
+}
+
+// userXSKSlots is Limits.XSKSlots, or its default once the maps are
+// loaded.
+func (a *Agent) userXSKSlots() int {
+	if n := a.cfg.Limits.XSKSlots; n > 0 {
+		return n
+	}
+	return max(1, int(a.dp.XSKs.MaxEntries())*3/4)
+}
+
+// userEntries is Limits.Entries, or its default once the maps are loaded.
+func (a *Agent) userEntries() int {
+	if n := a.cfg.Limits.Entries; n > 0 {
+		return n
+	}
+	return max(1, int(a.dp.Config().AVEntries)*3/4)
+}
+
 // usersHold sums what uids other than root hold; a.mu held.
-func (a *Agent) usersHold() (endpoints int, umem int64) {
+func (a *Agent) usersHold() (sum usage) {
 	for uid, u := range a.usage {
 		if uid != 0 {
-			endpoints += u.endpoints
-			umem += u.umem
+			sum.endpoints += u.endpoints
+			sum.umem += u.umem
+			sum.slots += u.slots
 		}
 	}
-	return endpoints, umem
+	return sum
 }
 
 // usage is what one uid holds through the agent.
 type usage struct {
 	conns, endpoints int
+	slots            int // XSKMAP slots of its endpoints
 	umem             int64
 	lingering        int64 // of umem: closed endpoints' (linger.go)
 }

@@ -79,18 +79,20 @@ func (a *Agent) linger(uid uint32, umem int64, inodes []uint64) {
 }
 
 // closedPrivate gives back a closed private endpoint's quota: the endpoint
-// at once, its frame memory once none of its sockets is left (or, where
-// that cannot be known, once owner exits). Call it before the agent closes
-// its own copies of the endpoint's sockets.
+// and its XSKMAP slots at once (its close clears them), its frame memory
+// once none of its sockets is left (or, where that cannot be known, once
+// owner exits). Call it before the agent closes its own copies of the
+// endpoint's sockets.
 func (a *Agent) closedPrivate(uid uint32, e *clientEP, owner procid.ID) {
 	if e.umem == 0 {
-		a.releaseEP(uid, 0)
+		a.releaseEP(uid, 0, e.slots)
 		return
 	}
 	inodes, diag := socketInodes(e.p), sockDiag()
 	a.mu.Lock()
 	u := a.usageOf(uid)
 	u.endpoints--
+	u.slots -= e.slots // the endpoint's close clears them at once
 	u.lingering += e.umem
 	if diag {
 		a.linger(uid, e.umem, inodes)

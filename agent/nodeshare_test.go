@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
@@ -281,13 +283,14 @@ func TestNodeWideChannelLimit(t *testing.T) {
 }
 
 // The agent's limits of the node's shared resources have flags: AV slots
-// and the uids' share of them (--max-avs, --user-avs), unresolved
-// neighbour entries per uid and in all (--neighbors-per-uid,
-// --neighbors-total).
+// and the uids' share of them (--max-avs, --user-avs), the uids' share of
+// AV entries (--user-av-entries), XSKMAP slots per uid and in all
+// (--xsk-slots-per-uid, --xsk-slots-total), unresolved neighbour entries
+// per uid and in all (--neighbors-per-uid, --neighbors-total).
 func TestNodeLimitFlags(t *testing.T) {
 	n := newNodeWith(t, testbed.Options{RxQueues: 2, TxQueues: 2})
-	n.startAgent("--socket-group", "65534", "--max-avs", "16", "--user-avs", "2",
-		"--neighbors-per-uid", "3", "--neighbors-total", "5")
+	n.startAgent("--socket-group", "65534", "--max-avs", "16", "--user-avs", "2", "--user-av-entries", "3",
+		"--xsk-slots-per-uid", "1", "--xsk-slots-total", "3", "--neighbors-per-uid", "3", "--neighbors-total", "5")
 	root, err := client.Dial(n.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -301,6 +304,11 @@ func TestNodeLimitFlags(t *testing.T) {
 	}
 	_, err = c.AVCreate(ctl.AVCreateArgs{Name: "f2"})
 	wantErrno(t, "a third AV with --user-avs 2", err, fi.EAGAIN)
+	if _, err := c.AVInsert(ctl.AVInsertArgs{Name: "f0", Addrs: []string{"198.18.9.1:7000", "198.18.9.2:7000", "198.18.9.3:7000"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.AVInsert(ctl.AVInsertArgs{Name: "f1", Addrs: []string{"198.18.9.4:7000"}})
+	wantErrno(t, "a fourth entry with --user-av-entries 3", err, fi.EAGAIN)
 	for i := range 13 { // 15 slots in all
 		if _, err := root.AVCreate(ctl.AVCreateArgs{Name: fmt.Sprintf("r%d", i)}); err != nil {
 			t.Fatalf("root's AV %d: %v", i, err)
@@ -331,6 +339,19 @@ func TestNodeLimitFlags(t *testing.T) {
 	next := 100
 	addr := func() netip.Addr { next++; onLink[3] = byte(next); return netip.AddrFrom4(onLink) }
 	first, second := neighUser(4902, 0), neighUser(4903, 1)
+	// Each endpoint holds an XSKMAP slot (one context) per queue.
+	xsk := func(uid, queues int) error {
+		c := mustDialAs(t, n.socket, uid, nobody)
+		defer c.Close()
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName,
+			Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7100+uid%100)).String(), AV: "r0", Private: true, Queues: queues, Frames: 64}, nil)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return err
+	}
+	wantErrno(t, "a second endpoint's slot with --xsk-slots-per-uid 1", xsk(4902, 1), fi.EDQUOT)
+	wantErrno(t, "a third uid's two slots with --xsk-slots-total 3", xsk(4904, 2), fi.EAGAIN)
 	for i := range 3 {
 		if err := first(addr()); err != nil {
 			t.Fatalf("first uid's unresolved neighbour %d: %v", i, err)
@@ -343,4 +364,157 @@ func TestNodeLimitFlags(t *testing.T) {
 		}
 	}
 	wantErrno(t, "a sixth unresolved neighbour with --neighbors-total 5", second(addr()), fi.EAGAIN)
+}
+
+// XSKMAP slots (1024; an endpoint takes one per receive context and
+// queue) have a quota per uid, a quarter of the map (EDQUOT past it), and
+// a limit for all uids but root together (--xsk-slots-total, three
+// quarters by default; EAGAIN past it): one uid's endpoints of 64
+// contexts used to take every slot, and root's next endpoint found none
+// (ENOSPC). A closed endpoint's slots, and those of a connection that
+// ended, are given back. (Every slot is a socket, whose close takes the
+// kernel ~15 ms: the uids' limit is a flag here.)
+func TestXSKSlotQuotas(t *testing.T) {
+	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
+	n.startAgent("--socket-group", "65534", "--xsk-slots-total", "258")
+	root, err := client.Dial(n.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "xsk", RxCtxBits: 6}); err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(7000)
+	// open opens an endpoint of ctxs receive contexts on queue q, in the
+	// sharing domain of c's uid (each uid's on a queue of its own).
+	open := func(c *client.Client, q, ctxs int) (uint32, error) {
+		port++
+		var res ctl.EPOpenResult
+		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
+			AV: "xsk", RxContexts: ctxs, FirstQueue: q, Queues: 1, RingSize: 16}, &res)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return res.Handover.ID, err
+	}
+	evil, b, c := mustDialAs(t, n.socket, 5101, nobody), mustDialAs(t, n.socket, 5102, nobody), mustDialAs(t, n.socket, 5103, nobody)
+	for i := range 4 {
+		if _, err := open(evil, 0, 64); err != nil {
+			t.Fatalf("uid 5101's endpoint %d of 64 slots: %v", i, err)
+		}
+	}
+	_, err = open(evil, 0, 1)
+	wantErrno(t, "uid 5101's fifth endpoint, of 1 slot past its quota of 256", err, fi.EDQUOT)
+	var bs []uint32
+	for i := range 2 {
+		id, err := open(b, 1, 1)
+		if err != nil {
+			t.Fatalf("uid 5102's endpoint %d of 1 slot: %v", i, err)
+		}
+		bs = append(bs, id)
+	}
+	_, err = open(b, 1, 1)
+	wantErrno(t, "uid 5102's slot past the uids' 258", err, fi.EAGAIN)
+	if _, err := open(root, 3, 64); err != nil {
+		t.Fatalf("root's endpoint of 64 slots once the uids hold all they may: %v", err)
+	}
+	// A closed endpoint gives its slot back.
+	if _, err := b.Call(ctl.OpEPClose.Name(), ctl.EPCloseArgs{ID: bs[0]}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(c, 2, 1); err != nil {
+		t.Fatalf("uid 5103's slot once an endpoint was closed: %v", err)
+	}
+	_, err = open(c, 2, 1)
+	wantErrno(t, "uid 5103's second slot", err, fi.EAGAIN)
+	// So does a connection that ends (its process died).
+	evil.Close()
+	for deadline := time.Now().Add(5 * time.Second); n.endpoints() > 3 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := open(c, 2, 1); err != nil {
+		t.Fatalf("uid 5103's second slot once uid 5101's connection ended: %v", err)
+	}
+}
+
+// The node's AV entries (--av-entries, 262,144) have a limit for the named
+// AVs of all uids but root together, three quarters (--user-av-entries;
+// EAGAIN past it): four uids at their entry quota used to fill the node,
+// and root's next insert found no room (ENOSPC). Here eight uids insert
+// their quota at once: three fit, as together, however the inserts
+// interleave; root's insert still fits, and a destroyed AV gives its
+// entries back.
+func TestUserAVEntriesLeaveRootRoom(t *testing.T) {
+	const quota, uids = 1024, 8
+	_, _, sock := inProcessAgent(t, func(c *agent.Config) {
+		c.SocketGroup = "65534"
+		c.Sizes.AVEntries = 4 * quota // 3 quotas for uids other than root
+		c.Limits.EntriesPerUID = quota
+	})
+	addrs := func(net int) []string {
+		a := make([]string, quota)
+		for i := range a {
+			a[i] = fmt.Sprintf("198.18.%d.%d:%d", net, i%250+1, 7000+i/250)
+		}
+		return a
+	}
+	conns := make([]*client.Client, uids)
+	for i := range conns {
+		conns[i] = mustDialAs(t, sock, 5201+i, nobody)
+		if _, err := conns[i].AVCreate(ctl.AVCreateArgs{Name: fmt.Sprintf("e%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs, inserted := make([]error, uids), make([]int, uids)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			var r ctl.InsertResult
+			r, errs[i] = c.AVInsert(ctl.AVInsertArgs{Name: fmt.Sprintf("e%d", i), Addrs: addrs(10 + i)})
+			inserted[i] = r.Inserted
+		})
+	}
+	wg.Wait()
+	fitted, refused, entries := 0, -1, 0
+	for i, err := range errs {
+		if err == nil {
+			if inserted[i] == quota {
+				fitted++
+			}
+		} else {
+			wantErrno(t, fmt.Sprintf("uid %d's insert past the uids' share", 5201+i), err, fi.EAGAIN)
+			refused = i
+		}
+		info, err := conns[i].AVList(fmt.Sprintf("e%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries += info.Entries
+	}
+	if fitted != 3 || entries != 3*quota {
+		t.Fatalf("%d uids' inserts of %d fitted, their AVs hold %d entries; want 3 and %d of the node's %d", fitted, quota, entries, 3*quota, 4*quota)
+	}
+	root, err := client.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.AVCreate(ctl.AVCreateArgs{Name: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := root.AVInsert(ctl.AVInsertArgs{Name: "root", Addrs: addrs(30)}); err != nil || r.Inserted != quota {
+		t.Fatalf("root's %d entries once the uids hold their share: %d, %v", quota, r.Inserted, err)
+	}
+	for i, err := range errs {
+		if err == nil {
+			if err := conns[i].AVDestroy(fmt.Sprintf("e%d", i)); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if _, err := conns[refused].AVInsert(ctl.AVInsertArgs{Name: fmt.Sprintf("e%d", refused), Addrs: addrs(10 + refused)}); err != nil {
+		t.Errorf("uid %d's insert once another uid's AV was destroyed: %v", 5201+refused, err)
+	}
 }

@@ -20,6 +20,7 @@ func agentCommand(e *env) *cobra.Command {
 		detach                                 bool
 		avEntries, maxAVs                      uint32
 		userAVs, epsTotal, chansTotal          int
+		userEntries, xskPerUID, xskTotal       int
 		neighTotal, neighPerUID                int
 		umemTotal                              int64
 		gcEvery                                time.Duration
@@ -61,9 +62,12 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 	f.StringVar(&ports, "ports", agent.DefaultLimits.Ports.String(), "UDP ports applications may claim for endpoints (LOW-HIGH)")
 	f.Uint32Var(&maxAVs, "max-avs", 0, "AV slots of the node, named and anonymous AVs together (0: the default, 256; must match pinned maps)")
 	f.IntVar(&userAVs, "user-avs", 0, "named AVs uids other than root may own together; the other slots are kept for root and --admin-group (0: three quarters of --max-avs)")
+	f.IntVar(&userEntries, "user-av-entries", 0, "entries the named AVs of all uids but root may hold together; the others are kept for root (0: three quarters of --av-entries, 196608 by default)")
 	f.Int64Var(&umemPerUID, "umem-per-uid", agent.DefaultLimits.UMEMBytesPerUID, "bytes of frame memory (UMEM, pinned) one uid's endpoints and sharing domains may hold")
 	f.Int64Var(&umemTotal, "umem-total", 0, "bytes of frame memory (UMEM, pinned) the endpoints and sharing domains of all uids but root may hold together (0: half the node's memory)")
 	f.IntVar(&epsTotal, "endpoints-total", 0, "endpoints all uids but root may hold together (0: three quarters of the endpoint table, 768)")
+	f.IntVar(&xskPerUID, "xsk-slots-per-uid", 0, "XSKMAP slots (one per receive context and queue) one uid's endpoints may hold (0: a quarter of the XSKMAP, 256)")
+	f.IntVar(&xskTotal, "xsk-slots-total", 0, "XSKMAP slots the endpoints of all uids but root may hold together (0: three quarters of the XSKMAP, 768)")
 	f.IntVar(&chansTotal, "channels-total", 0, fmt.Sprintf("same-host channels the endpoints of all uids but root may send on together (0: %d)", agent.DefaultChannels))
 	f.IntVar(&neighTotal, "neighbors-total", 0, "neighbour entries no host answered for that neigh.use may have made for all uids together (0: half the kernel's gc_thresh3)")
 	f.IntVar(&neighPerUID, "neighbors-per-uid", 0, "neighbour entries no host answered for that neigh.use may have made for one uid, which creates at most a quarter of them a second (0: an eighth of gc_thresh3)")
@@ -94,7 +98,8 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 			flag string
 			n    int
 		}{{"--user-avs", userAVs}, {"--endpoints-total", epsTotal}, {"--channels-total", chansTotal},
-			{"--neighbors-total", neighTotal}, {"--neighbors-per-uid", neighPerUID}} {
+			{"--neighbors-total", neighTotal}, {"--neighbors-per-uid", neighPerUID}, {"--user-av-entries", userEntries},
+			{"--xsk-slots-per-uid", xskPerUID}, {"--xsk-slots-total", xskTotal}} {
 			if v.n < 0 {
 				return usagef("%s %d: want 0 (the default) or more", v.flag, v.n)
 			}
@@ -131,7 +136,7 @@ arithmetic without it), CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, or root.`,
 			MetricsAddr: metrics, DetachOnExit: detach, Logger: log, AdminGroup: adminGroup, ShareGroups: shareGroups,
 			Limits: agent.Limits{Ports: portRange, DomainSlots: domSlots, DomainRxFrames: domRx, DomainTxFrames: domTx,
 				UMEMBytesPerUID: umemPerUID, UMEMBytes: umemTotal, Endpoints: epsTotal, Channels: chansTotal, AVs: userAVs,
-				Neighbors: neighTotal, NeighborsPerUID: neighPerUID},
+				Neighbors: neighTotal, NeighborsPerUID: neighPerUID, Entries: userEntries, XSKSlotsPerUID: xskPerUID, XSKSlots: xskTotal},
 			GCInterval: gcEvery,
 			Sizes:      loader.Config{AVEntries: avEntries, MaxAVs: maxAVs},
 		})
