@@ -88,6 +88,9 @@ type Agent struct {
 
 	qmu sync.Mutex // serialises endpoint opens' queue arbitration
 	avl avLocks    // per AV name and per owner uid: AV changes (avops.go)
+	// heads maps the AV tables whose headers the quota checks read
+	// (avops.go).
+	heads tableHeads
 	// lingering is frame memory of closed endpoints still charged (a.mu):
 	// linger.go.
 	lingering []lingerRec
@@ -314,6 +317,7 @@ func (a *Agent) close(detach bool) error {
 		errs = append(errs, v.Close())
 		delete(a.avs, name)
 	}
+	a.heads.close()
 	atts := a.atts
 	a.atts = nil
 	a.mu.Unlock()

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/avtab"
+	"github.com/xdpfab/xdpfab/loader"
 )
 
 // namedAV returns the agent's handle on the named AV, opening it (it must
@@ -256,19 +258,79 @@ func (a *Agent) countAVs(uid uint32) (own, users int) {
 // tableHeader reads the header of AV id's table: its room (Cap), entries
 // (Live) and high mark (High).
 func (a *Agent) tableHeader(id uint32) (bpf.AVHdr, error) {
+	return a.heads.header(a.dp, id)
+}
+
+// tableHeads keeps a mapping of each AV table whose header the quota
+// checks read, so that a check of every AV's entries (reserveEntries, on
+// every insert) is loads, not three system calls per AV: with 150 AVs an
+// insert through the agent took 1.6 ms, 0.9 ms before the node-wide
+// entries limit, most of it opening tables. A mapping is dropped when its
+// table is retired (growth, destroy) or its AV's id is no longer in use.
+type tableHeads struct {
+	mu sync.Mutex
+	m  map[uint32]*ebpf.Map
+}
+
+func (t *tableHeads) header(dp *loader.Objects, id uint32) (bpf.AVHdr, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var hdr bpf.AVHdr
-	m, _, err := a.dp.OpenAVTableMap(id, true)
+	read := func(m *ebpf.Map) bool {
+		mem, err := m.Memory()
+		if err != nil {
+			return false
+		}
+		var line [bpf.AVLine]byte
+		if _, err := mem.ReadAt(line[:], 0); err != nil {
+			return false
+		}
+		_, err = binary.Decode(line[:], binary.NativeEndian, &hdr)
+		return err == nil && hdr.Magic == bpf.AVMagic && hdr.AvId == id && hdr.Retired == 0
+	}
+	if m := t.m[id]; m != nil {
+		if read(m) {
+			return hdr, nil
+		}
+		m.Close()
+		delete(t.m, id)
+	}
+	m, _, err := dp.OpenAVTableMap(id, false) // mapping needs a writable descriptor
 	if err != nil {
 		return hdr, err
 	}
-	defer m.Close()
-	var page [bpf.AVPage]byte
-	if err := m.Lookup(uint32(0), &page); err != nil {
-		return hdr, fmt.Errorf("read AV table %d: %w", id, err)
+	if !read(m) {
+		// Not mappable, or retired between the open and the read: one
+		// read through the descriptor, and nothing kept.
+		defer m.Close()
+		var page [bpf.AVPage]byte
+		if err := m.Lookup(uint32(0), &page); err != nil {
+			return hdr, fmt.Errorf("read AV table %d: %w", id, err)
+		}
+		_, err = binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
+		return hdr, err
 	}
-	_, err = binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
-	return hdr, err
+	if t.m == nil {
+		t.m = map[uint32]*ebpf.Map{}
+	}
+	t.m[id] = m
+	return hdr, nil
 }
+
+// prune drops the mappings of the ids inUse does not hold.
+func (t *tableHeads) prune(inUse func(id uint32) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, m := range t.m {
+		if !inUse(id) {
+			m.Close()
+			delete(t.m, id)
+		}
+	}
+}
+
+// close drops every mapping.
+func (t *tableHeads) close() { t.prune(func(uint32) bool { return false }) }
 
 // holdings sums the entries and the table room of the named AVs uid owns,
 // but AV skip's.
@@ -347,6 +409,7 @@ func (a *Agent) reserveEntries(what string, ref avRef, n int) (release func(), e
 	for _, e := range live {
 		users += e
 	}
+	a.heads.prune(func(id uint32) bool { _, ok := live[id]; return ok })
 	pending := 0
 	for p := range a.avl.pending {
 		l, ok := live[p.id]
