@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -228,6 +229,21 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	}()
 	if ifErr != nil {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: interface %q: %w", args.Iface, fi.ENODEV)
+	}
+	// An endpoint binds its AV, and the AV cannot be destroyed while it
+	// lives (fi_close of a bound AV is EBUSY). So binding another uid's AV
+	// needs the right to change it (its group, admins), not only to read
+	// it: else any uid could keep the owner from destroying it for as long
+	// as it liked. Root's AVs are the exception: the operator's AVs for
+	// jobs (xdpfab av create as root) are there to be bound, and root can
+	// end what holds them. Reading needs no endpoint (av lookup and list,
+	// client.OpenAV).
+	if o, err := av.OwnerOf(a.dp, args.AV); err != nil {
+		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %w", err)
+	} else if o.UID != 0 {
+		if err := a.mayWrite(cn.who, "ep open: bind AV", args.AV, o); err != nil {
+			return ctl.EPOpenResult{}, nil, err
+		}
 	}
 	// The descriptors the endpoint's handover will carry (its frames'
 	// memfd, an anchor socket per queue, a socket per context and queue,
