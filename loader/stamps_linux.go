@@ -100,11 +100,17 @@ func mapStamps(fd int) (words []uint64, ok bool, err error) {
 
 // isLifeLine reports whether fd is a pidfd (a stamp page's life line):
 // pidfd_send_signal with signal 0 only checks (that this process may
-// signal it: EPERM when not, ESRCH when it ended), and fails with EBADF
-// for any other descriptor.
+// signal it: EPERM when not, ESRCH when it ended, EINVAL when the process
+// is not in this process's pid namespace, as for a client in a
+// container), and fails with EBADF for any other descriptor but a
+// /proc/PID directory, which is not one.
 func isLifeLine(fd int) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return false // a /proc/PID directory passes the probe too
+	}
 	err := unix.PidfdSendSignal(fd, 0, nil, 0)
-	return err == nil || err == unix.EPERM || err == unix.ESRCH
+	return err == nil || err == unix.EPERM || err == unix.ESRCH || err == unix.EINVAL
 }
 
 // watchLife takes fd, the life line (a pidfd of the agent) of the stamp
