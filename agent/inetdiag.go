@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -58,7 +59,7 @@ func (d *inetDiag) Close() error {
 
 // inet_diag's layout (linux/inet_diag.h): the request (struct
 // inet_diag_req_v2, 56 bytes) and where the answer (struct inet_diag_msg)
-// holds the socket's uid.
+// holds the socket's uid (its inode follows).
 const (
 	diagReqLen    = 56
 	diagMsgUIDOff = 4 + 48 + 12
@@ -69,6 +70,11 @@ const (
 // and whose peer is peer, looked up exactly (one hash lookup in the
 // kernel, not a dump of every socket). Both addresses must be of one
 // family as the socket has it.
+//
+// Only a socket a process still holds answers (its inode is not 0): one
+// its process closed (orphaned, in TIME_WAIT or FIN_WAIT2 as a time-wait
+// socket) or a request not yet accepted has no owner left (the kernel
+// answers uid 0 for the latter two) and is ENOENT.
 func (d *inetDiag) uid(self, peer netip.AddrPort) (uint32, error) {
 	if d == nil {
 		return 0, fmt.Errorf("no sock_diag: %w", fi.ENOSYS)
@@ -107,6 +113,11 @@ func (d *inetDiag) uid(self, peer netip.AddrPort) (uint32, error) {
 		copy(id[4:], a[:])
 		copy(id[20:], b[:])
 	}
+	if z := self.Addr().Zone(); z != "" { // a link-local socket is bound to its device
+		if ifc, err := net.InterfaceByName(z); err == nil {
+			ne.PutUint32(id[36:], uint32(ifc.Index))
+		}
+	}
 	ne.PutUint32(id[40:], diagNoCookie)
 	ne.PutUint32(id[44:], diagNoCookie)
 	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
@@ -134,8 +145,11 @@ func (d *inetDiag) uid(self, peer netip.AddrPort) (uint32, error) {
 				}
 				return 0, fmt.Errorf("sock_diag: no socket: %w", fi.ENOENT)
 			case unix.SOCK_DIAG_BY_FAMILY:
-				if len(m.Data) < diagMsgUIDOff+4 {
+				if len(m.Data) < diagMsgUIDOff+8 {
 					return 0, fmt.Errorf("sock_diag: short answer: %w", fi.EIO)
+				}
+				if ne.Uint32(m.Data[diagMsgUIDOff+4:]) == 0 {
+					return 0, fmt.Errorf("sock_diag: the socket's process closed it (state %d): %w", m.Data[1], fi.ENOENT)
 				}
 				return ne.Uint32(m.Data[diagMsgUIDOff:]), nil
 			}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/xdpfab/xdpfab/internal/testutil"
 	"golang.org/x/sys/unix"
@@ -54,10 +55,16 @@ func TestInetDiagUID(t *testing.T) {
 			if _, err := d.uid(netip.MustParseAddrPort(net.JoinHostPort(host, "1")), self); err == nil {
 				t.Errorf("%s: a socket that does not exist has an owner", network)
 			}
-			s.Close()
+			// The peer closes its socket: it has no owner any more,
+			// whatever uid the kernel answers for what is left of it.
 			if c != nil {
 				c.Close()
 			}
+			time.Sleep(10 * time.Millisecond)
+			if got, err := d.uid(peer, self); err == nil {
+				t.Errorf("%s: a socket its process closed belongs to uid %d", network, got)
+			}
+			s.Close()
 		}
 	}
 }

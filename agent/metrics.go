@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,9 +229,9 @@ func (s *sources) key(c net.Conn) string {
 }
 
 // unmapPort is ap with its address unmapped (an IPv4 peer of a dual-stack
-// listener has an IPv4 socket).
+// listener has an IPv4 socket); a zone stays (the socket's device).
 func unmapPort(ap netip.AddrPort) netip.AddrPort {
-	return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // isLocal reports whether ip is one of this node's addresses (re-read
@@ -260,13 +261,20 @@ func (s *sources) admit(c *limitConn) (victim *limitConn, ok bool) {
 	case len(s.conns[c.key]) >= connsPerSource:
 		victim = evictable(s.conns[c.key])
 	case s.nconns >= maxMetricsConns:
-		var most []*limitConn
-		for _, cs := range s.conns {
-			if len(cs) > len(most) {
-				most = cs
+		// From the largest group of sources, an IPv6 /64 counting as one
+		// (a host has as many addresses in its /64 as it likes).
+		groups := map[string][]*limitConn{}
+		var most string
+		for key, cs := range s.conns {
+			g := group(key)
+			groups[g] = append(groups[g], cs...)
+			if len(groups[g]) > len(groups[most]) {
+				most = g
 			}
 		}
-		victim = evictable(most)
+		cs := groups[most]
+		slices.SortFunc(cs, func(a, b *limitConn) int { return a.at.Compare(b.at) })
+		victim = evictable(cs)
 	default:
 		s.conns[c.key] = append(s.conns[c.key], c)
 		s.nconns++
@@ -279,6 +287,15 @@ func (s *sources) admit(c *limitConn) (victim *limitConn, ok bool) {
 	s.conns[c.key] = append(s.conns[c.key], c)
 	s.nconns++
 	return victim, true
+}
+
+// group is the group of source key: an IPv6 address's /64, else the key.
+func group(key string) string {
+	if ip, err := netip.ParseAddr(key); err == nil && ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return key
 }
 
 // evictable is the oldest of cs that is idle or has not sent a request
@@ -361,7 +378,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		lc := &limitConn{Conn: c, src: l.src, key: l.src.key(c)}
+		lc := &limitConn{Conn: c, src: l.src, key: l.src.key(c), at: time.Now()}
 		victim, ok := l.src.admit(lc)
 		if victim != nil {
 			victim.Conn.Close() // its server goroutine sees the error and ends
@@ -379,6 +396,7 @@ type limitConn struct {
 	net.Conn
 	src   *sources
 	key   string
+	at    time.Time    // accepted
 	state atomic.Int32 // http.ConnState
 	gone  bool         // no longer counted; guarded by src.mu
 }
