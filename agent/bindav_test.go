@@ -4,9 +4,14 @@ package agent_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
@@ -66,5 +71,50 @@ func TestBindingAnotherUsersAV(t *testing.T) {
 	}
 	if err := open(stranger, "job"); err != nil {
 		t.Errorf("a member binds root's AV: %v", err)
+	}
+}
+
+// avTables counts the AV tables the kernel holds (maps named xdpfab_avt*).
+func avTables(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for id := ebpf.MapID(0); ; {
+		next, err := ebpf.MapGetNextID(id)
+		if err != nil {
+			return n
+		}
+		id = next
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := m.Info(); err == nil && strings.HasPrefix(info.Name, "xdpfab_avt") {
+			n++
+		}
+		m.Close()
+	}
+}
+
+// The agent's quota checks keep a mapping of each table whose header they
+// read. A first version kept the destroyed AVs' tables alive through them
+// (the kernel memory a uid's room quota counted as freed); now destroy
+// drops the mapping.
+func TestDestroyedAVTableReleased(t *testing.T) {
+	_, _, sock := inProcessAgent(t, func(c *agent.Config) { c.SocketGroup = fmt.Sprint(nobody) })
+	owner := mustDialAs(t, sock, nobody, nobody)
+	before := avTables(t)
+	if _, err := owner.AVCreate(ctl.AVCreateArgs{Name: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.AVInsert(ctl.AVInsertArgs{Name: "gone", Addrs: []string{"198.18.9.1:7000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.AVDestroy("gone"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); avTables(t) > before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d AV tables in the kernel after the destroy, %d before the create", avTables(t), before)
+		}
 	}
 }
