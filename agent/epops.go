@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -145,9 +146,13 @@ func (a *Agent) chargeSlots(uid uint32, e *clientEP, slots int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	u, more := a.usageOf(uid), slots-e.slots
-	if more > 0 && (u.slots+more > a.xskQuota() || uid != 0 && a.usersHold().slots+more > a.userXSKSlots()) {
-		return fmt.Errorf("ep open: the endpoint took %d XSKMAP slots, %d were counted, and %d more exceed the quota of uid %d or the limit of uids other than root: %w",
-			slots, e.slots, more, uid, fi.EAGAIN)
+	switch {
+	case more > 0 && uid != 0 && a.usersHold().slots+more > a.userXSKSlots():
+		return fmt.Errorf("ep open: the endpoint took %d XSKMAP slots, %d were counted, and %d more exceed the limit of uids other than root: %w",
+			slots, e.slots, more, fi.EAGAIN)
+	case more > 0 && u.slots+more > a.xskQuota():
+		return fmt.Errorf("ep open: the endpoint took %d XSKMAP slots, %d were counted, and %d more exceed the quota of uid %d: %w",
+			slots, e.slots, more, uid, fi.EDQUOT)
 	}
 	u.slots += more
 	e.slots = slots
@@ -191,6 +196,24 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	if err != nil {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %w", err)
 	}
+	// An endpoint binds its AV, and the AV cannot be destroyed while it
+	// lives (fi_close of a bound AV is EBUSY). So binding another uid's AV
+	// needs the right to change it (its group, admins), not only to read
+	// it: else any uid could keep the owner from destroying it for as long
+	// as it liked. Root's AVs are the exception: the operator's AVs for
+	// jobs (xdpfab av create as root) are there to be bound, and root can
+	// end what holds them. Reading needs no endpoint (av lookup and list,
+	// client.OpenAV). The owner is the handle's AV's, before anything is
+	// counted or made.
+	var meta bpf.AVMeta
+	if err := a.dp.AVMeta.Lookup(v.ID(), &meta); err != nil || meta.InUse == 0 {
+		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: AV %q is gone: %w", args.AV, fi.ENOENT)
+	}
+	if o := (av.Owner{UID: meta.OwnerUid, Group: meta.GroupGid}); o.UID != 0 {
+		if err := a.mayWrite(cn.who, "ep open: bind AV", args.AV, o); err != nil {
+			return ctl.EPOpenResult{}, nil, err
+		}
+	}
 	var domain string
 	if !args.Private {
 		if domain, err = a.domainName(cn.who, args.Domain); err != nil {
@@ -229,21 +252,6 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	}()
 	if ifErr != nil {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: interface %q: %w", args.Iface, fi.ENODEV)
-	}
-	// An endpoint binds its AV, and the AV cannot be destroyed while it
-	// lives (fi_close of a bound AV is EBUSY). So binding another uid's AV
-	// needs the right to change it (its group, admins), not only to read
-	// it: else any uid could keep the owner from destroying it for as long
-	// as it liked. Root's AVs are the exception: the operator's AVs for
-	// jobs (xdpfab av create as root) are there to be bound, and root can
-	// end what holds them. Reading needs no endpoint (av lookup and list,
-	// client.OpenAV).
-	if o, err := av.OwnerOf(a.dp, args.AV); err != nil {
-		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %w", err)
-	} else if o.UID != 0 {
-		if err := a.mayWrite(cn.who, "ep open: bind AV", args.AV, o); err != nil {
-			return ctl.EPOpenResult{}, nil, err
-		}
 	}
 	// The descriptors the endpoint's handover will carry (its frames'
 	// memfd, an anchor socket per queue, a socket per context and queue,
