@@ -195,47 +195,39 @@ func nodeMemory() int64 {
 	return int64(si.Totalram) * int64(max(si.Unit, 1))
 }
 
-// userAVs is Limits.AVs, or its default once the maps are loaded.
-func (a *Agent) userAVs() int {
-	if n := a.cfg.Limits.AVs; n > 0 {
+// limitOr is a limit's value: n when set (positive), else num/den of
+// size, the loaded maps' (at least 1).
+func limitOr(n int, size uint32, num, den int) int {
+	if n > 0 {
 		return n
 	}
-	return max(1, int(a.dp.AVMeta.MaxEntries())*3/4)
+	return max(1, int(size)*num/den)
 }
 
-// userEndpoints is Limits.Endpoints, or its default once the maps are
-// loaded.
+// userAVs is Limits.AVs, or its default: 3/4 of the AV slots.
+func (a *Agent) userAVs() int { return limitOr(a.cfg.Limits.AVs, a.dp.AVMeta.MaxEntries(), 3, 4) }
+
+// userEndpoints is Limits.Endpoints, or its default: 3/4 of the endpoint
+// table.
 func (a *Agent) userEndpoints() int {
-	if n := a.cfg.Limits.Endpoints; n > 0 {
-		return n
-	}
-	return max(1, int(a.dp.EP.MaxEntries())*3/4)
+	return limitOr(a.cfg.Limits.Endpoints, a.dp.EP.MaxEntries(), 3, 4)
 }
 
-// xskQuota is Limits.XSKSlotsPerUID, or its default once the maps are
-// loaded.
+// xskQuota is Limits.XSKSlotsPerUID, or its default: a quarter of the
+// XSKMAP.
 func (a *Agent) xskQuota() int {
-	if n := a.cfg.Limits.XSKSlotsPerUID; n > 0 {
-		return n
-	}
-	return max(1, int(a.dp.XSKs.MaxEntries())/4)
+	return limitOr(a.cfg.Limits.XSKSlotsPerUID, a.dp.XSKs.MaxEntries(), 1, 4)
 }
 
-// userXSKSlots is Limits.XSKSlots, or its default once the maps are
-// loaded.
+// userXSKSlots is Limits.XSKSlots, or its default: 3/4 of the XSKMAP.
 func (a *Agent) userXSKSlots() int {
-	if n := a.cfg.Limits.XSKSlots; n > 0 {
-		return n
-	}
-	return max(1, int(a.dp.XSKs.MaxEntries())*3/4)
+	return limitOr(a.cfg.Limits.XSKSlots, a.dp.XSKs.MaxEntries(), 3, 4)
 }
 
-// userEntries is Limits.Entries, or its default once the maps are loaded.
+// userEntries is Limits.Entries, or its default: 3/4 of the node's AV
+// entries.
 func (a *Agent) userEntries() int {
-	if n := a.cfg.Limits.Entries; n > 0 {
-		return n
-	}
-	return max(1, int(a.dp.Config().AVEntries)*3/4)
+	return limitOr(a.cfg.Limits.Entries, a.dp.Config().AVEntries, 3, 4)
 }
 
 // usersHold sums what uids other than root hold; a.mu held.
