@@ -65,6 +65,21 @@ func flood(t *testing.T, c *net.UDPConn, e *ep.Endpoint, b []byte, n int) {
 // junk is a message no receive of the tests matches: peer group 0xbad.
 var junk = datagram(wire.Hdr{Op: wire.OpMsg, Group: 0xbad}, "junk")
 
+// smallCQEndpoint opens an endpoint on host A at port with a receive CQ of
+// size entries of its own, for tests that run it out of CQ room.
+func smallCQEndpoint(t *testing.T, r *rig, size int, port uint16) (*ep.Endpoint, *cq.CQ, netip.AddrPort) {
+	t.Helper()
+	rx, err := cq.Open(cq.Attr{Size: size, Format: cq.FormatTagged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	l := netip.AddrPortFrom(r.a.h.IPv4, port)
+	e := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: l, AV: r.a.av, TxCQ: r.a.tx, RxCQ: rx, Caps: fi.Msg | fi.Tagged,
+		BindMode: dataplane.BindCopy})
+	return e, rx, l
+}
+
 // A sender fills a receive context's park with messages no receive will
 // ever match. Before, the context then stopped taking frames off its
 // ring at all, for good: a message for a posted receive never completed.
@@ -202,14 +217,7 @@ func TestParkedMessageAfterIndexReuse(t *testing.T) {
 // none of them matches an earlier receive.)
 func TestParkedDrainResumesAfterCQFull(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	rx, err := cq.Open(cq.Attr{Size: 4, Format: cq.FormatTagged})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rx.Close() })
-	l := netip.AddrPortFrom(r.a.h.IPv4, 7003)
-	e := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: l, AV: r.a.av, TxCQ: r.a.tx, RxCQ: rx, Caps: fi.Msg | fi.Tagged,
-		BindMode: dataplane.BindCopy})
+	e, rx, l := smallCQEndpoint(t, r, 4, 7003)
 	c := dialFrom(t, r.b, l)
 	for i := range 10 {
 		if _, err := c.Write(datagram(wire.Hdr{Op: wire.OpTagged, Tag: 7}, fmt.Sprint(i))); err != nil {

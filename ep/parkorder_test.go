@@ -3,7 +3,6 @@
 package ep_test
 
 import (
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,10 +10,7 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/cq"
-	"github.com/xdpfab/xdpfab/dataplane"
-	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
-	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/wire"
 )
 
@@ -26,14 +22,7 @@ import (
 // then took a receive an older kept one was waiting for.
 func TestParkedOrderWithConcurrentReader(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	rx, err := cq.Open(cq.Attr{Size: 2, Format: cq.FormatTagged})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rx.Close() })
-	l := netip.AddrPortFrom(r.a.h.IPv4, 7005)
-	e := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: l, AV: r.a.av, TxCQ: r.a.tx, RxCQ: rx, Caps: fi.Msg | fi.Tagged,
-		BindMode: dataplane.BindCopy})
+	e, rx, l := smallCQEndpoint(t, r, 2, 7005)
 	c := dialFrom(t, r.b, l)
 	const n = 2000
 	var posted, got atomic.Int64
