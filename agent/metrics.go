@@ -120,9 +120,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 //     503 at once) and connsPerSource connections; all sources together
 //     maxScrapes and maxMetricsConns. A connection past a source's share,
 //     or past the total, takes the place of the oldest connection that is
-//     idle or has not sent a request yet (of its source, or past the
-//     total of the source holding most), or is closed at once when there
-//     is none.
+//     idle or has not sent a request yet (of its source; past the total,
+//     of the largest group of sources, an IPv6 /64 counting as one), or is
+//     closed at once when there is none.
 //
 // A source is a remote address, or for a connection from this node (any
 // of its addresses, loopback included) the uid owning the socket at the
