@@ -289,12 +289,18 @@ func (t *tableHeads) header(dp *loader.Objects, id uint32) (bpf.AVHdr, error) {
 		}
 		t.dropLocked(id)
 	}
-	m, _, err := dp.OpenAVTableMap(id, false) // mapping needs a writable descriptor
+	// The pinned table as it is (readOnly: no repair of xdpfab_avtab,
+	// which needs the dataplane lock), writable for the agent's root:
+	// mapping needs a writable descriptor.
+	m, writable, err := dp.OpenAVTableMap(id, true)
 	if err != nil {
 		return hdr, err
 	}
 	defer m.Close() // the mapping holds the table, not the descriptor
-	page, err := unix.Mmap(m.FD(), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	page, err := []byte(nil), unix.EACCES
+	if writable {
+		page, err = unix.Mmap(m.FD(), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	}
 	if err != nil || !read(page) {
 		if err == nil {
 			unix.Munmap(page)
@@ -313,6 +319,19 @@ func (t *tableHeads) header(dp *loader.Objects, id uint32) (bpf.AVHdr, error) {
 	}
 	t.m[id] = page
 	return hdr, nil
+}
+
+// dropRetired unmaps AV id's page if its table was retired (an insert
+// grew the AV: the mapping would keep the old table's memory).
+func (t *tableHeads) dropRetired(id uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if page := t.m[id]; page != nil {
+		var hdr bpf.AVHdr
+		if _, err := binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr); err != nil || hdr.Retired != 0 {
+			t.dropLocked(id)
+		}
+	}
 }
 
 // drop unmaps AV id's page, if it is mapped.
@@ -458,6 +477,7 @@ func (a *Agent) reserveEntries(what string, ref avRef, n int) (release func(), e
 		a.avl.users.Lock()
 		delete(a.avl.pending, p)
 		a.avl.users.Unlock()
+		a.heads.dropRetired(ref.v.ID()) // the insert may have grown the AV
 		unlock()
 	}, nil
 }

@@ -97,8 +97,9 @@ func avTables(t *testing.T) int {
 
 // The agent's quota checks keep a mapping of each table whose header they
 // read. A first version kept the destroyed AVs' tables alive through them
-// (the kernel memory a uid's room quota counted as freed); now destroy
-// drops the mapping.
+// (the kernel memory a uid's room quota counted as freed), and the tables
+// an insert replaced as it grew the AV; now destroy drops the mapping, and
+// so does the end of an insert whose table was retired.
 func TestDestroyedAVTableReleased(t *testing.T) {
 	_, _, sock := inProcessAgent(t, func(c *agent.Config) { c.SocketGroup = fmt.Sprint(nobody) })
 	owner := mustDialAs(t, sock, nobody, nobody)
@@ -115,6 +116,22 @@ func TestDestroyedAVTableReleased(t *testing.T) {
 	for deadline := time.Now().Add(3 * time.Second); avTables(t) > before; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d AV tables in the kernel after the destroy, %d before the create", avTables(t), before)
+		}
+	}
+	// An insert that grows the AV retires the table the check mapped.
+	if _, err := owner.AVCreate(ctl.AVCreateArgs{Name: "grown", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make([]string, 600)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("198.18.%d.%d:7000", 10+i/200, i%200+1)
+	}
+	if r, err := owner.AVInsert(ctl.AVInsertArgs{Name: "grown", Addrs: addrs}); err != nil || r.Inserted != len(addrs) {
+		t.Fatal(r, err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); avTables(t) > before+1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d AV tables in the kernel after one AV grew, %d before it was made", avTables(t), before)
 		}
 	}
 }

@@ -206,7 +206,7 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	// client.OpenAV). The owner is the handle's AV's, before anything is
 	// counted or made.
 	var meta bpf.AVMeta
-	if err := a.dp.AVMeta.Lookup(v.ID(), &meta); err != nil || meta.InUse == 0 {
+	if err := a.dp.AVMeta.Lookup(v.ID(), &meta); err != nil || meta.InUse == 0 || meta.NameString() != args.AV {
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: AV %q is gone: %w", args.AV, fi.ENOENT)
 	}
 	if o := (av.Owner{UID: meta.OwnerUid, Group: meta.GroupGid}); o.UID != 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -116,6 +117,8 @@ func (d *inetDiag) uid(self, peer netip.AddrPort) (uint32, error) {
 	if z := self.Addr().Zone(); z != "" { // a link-local socket is bound to its device
 		if ifc, err := net.InterfaceByName(z); err == nil {
 			ne.PutUint32(id[36:], uint32(ifc.Index))
+		} else if n, err := strconv.ParseUint(z, 10, 32); err == nil { // a zone Go could not name
+			ne.PutUint32(id[36:], uint32(n))
 		}
 	}
 	ne.PutUint32(id[40:], diagNoCookie)
