@@ -225,6 +225,14 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
 		BindMode: a.cfg.BindMode, Logger: a.log, OwnerPID: int(cn.who.pid), OwnerStart: cn.who.start,
 	}
+	// The XSKMAP's part for uids other than root is its bottom (as many
+	// slots as they may hold together), root's the rest: holes the
+	// others leave cannot keep root from a long run of slots.
+	if cn.who.uid != 0 {
+		attr.XSKBelow = uint32(a.userXSKSlots())
+	} else {
+		attr.XSKFrom = uint32(a.userXSKSlots())
+	}
 	// The interface's queues bound the endpoint's XSKMAP slots, so it is
 	// looked up first; one that is not there is refused after the quotas
 	// all the same.

@@ -91,6 +91,13 @@ type Attr struct {
 	// client's for endpoints it prepares.
 	OwnerPID   int
 	OwnerStart uint64
+	// XSKBelow and XSKFrom place the endpoint's XSKMAP slots (one per
+	// receive context and queue, a run of adjacent slots): below XSKBelow
+	// when it is set (0: anywhere in the map), searched from XSKFrom up,
+	// then from 0. The agent keeps the endpoints of uids other than root
+	// below their share of the map and puts root's above it first, so
+	// that holes they leave cannot keep root from a long run.
+	XSKBelow, XSKFrom uint32
 }
 
 // Upper bounds of Attr's sizes, checked before anything is allocated.

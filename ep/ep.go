@@ -345,17 +345,31 @@ func (e *Endpoint) register() error {
 	for used[id] {
 		id++
 	}
-	base, slots := uint32(0), e.dp.XSKs.MaxEntries()
-	for again := true; again; {
-		again = false
-		for _, s := range spans {
-			if base < s.hi && s.lo < base+n {
-				base, again = s.hi, true
+	slots := e.dp.XSKs.MaxEntries()
+	limit := slots
+	if b := e.attr.XSKBelow; b > 0 && b < slots {
+		limit = b
+	}
+	// find is the first run of n free slots from from up, false when it
+	// would end past limit.
+	find := func(from uint32) (uint32, bool) {
+		base := from
+		for again := true; again; {
+			again = false
+			for _, s := range spans {
+				if base < s.hi && s.lo < base+n {
+					base, again = s.hi, true
+				}
 			}
 		}
+		return base, base+n <= limit
 	}
-	if base+n > slots {
-		return fmt.Errorf("ep open: no %d free XSKMAP slots of %d: %w", n, slots, fi.ENOSPC)
+	base, ok := find(min(e.attr.XSKFrom, limit))
+	if !ok && e.attr.XSKFrom > 0 {
+		base, ok = find(0)
+	}
+	if !ok {
+		return fmt.Errorf("ep open: no %d free adjacent XSKMAP slots below %d (of %d): %w", n, limit, slots, fi.ENOSPC)
 	}
 	for c, rc := range e.rx {
 		for q, s := range rc.socks {
