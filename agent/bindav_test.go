@@ -5,7 +5,6 @@ package agent_test
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
-	"golang.org/x/sys/unix"
 )
 
 // An endpoint binds its AV, and a bound AV cannot be destroyed (EBUSY).
@@ -27,19 +25,10 @@ import (
 func TestBindingAnotherUsersAV(t *testing.T) {
 	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
 	n.startAgent("--socket-group", "65534")
-	var kept []int
-	defer func() {
-		for _, fd := range kept {
-			unix.Close(fd)
-		}
-	}()
 	queue := -1
 	open := func(c *client.Client, av string) error {
 		queue++ // a queue of its own: no sharing domain in the way
-		args := ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7000+queue)).String(), AV: av,
-			Private: true, FirstQueue: queue, Queues: 1, Frames: 64}
-		fds, err := c.Call(ctl.OpEPOpen.Name(), args, nil)
-		kept = append(kept, fds...)
+		_, err := n.openEP(c, uint16(7000+queue), ctl.EPOpenArgs{AV: av, Private: true, FirstQueue: queue, Queues: 1, Frames: 64})
 		return err
 	}
 	owner := mustDialAs(t, n.socket, 5201, nobody, 5300)

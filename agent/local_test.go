@@ -418,34 +418,15 @@ func TestLocalForeignChannelShare(t *testing.T) {
 	defer sc.Close()
 	open := func(c *client.Client, port uint16, queue int) uint32 {
 		t.Helper()
-		var res ctl.EPOpenResult
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
-			AV: "share", FirstQueue: queue, Queues: 1, RingSize: 16}, &res)
+		id, err := n.openEP(c, port, ctl.EPOpenArgs{AV: "share", FirstQueue: queue, Queues: 1, RingSize: 16})
 		if err != nil {
 			t.Fatalf("open %d: %v", port, err)
 		}
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return res.Handover.ID
+		return id
 	}
 	recv := netip.AddrPortFrom(n.bed.A.IPv4, 7000)
-	rid := open(rc, recv.Port(), 0)
-	fds, err := rc.Call(ctl.OpLocalAttach.Name(), ctl.LocalEPArgs{ID: rid}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-	connect := func(c *client.Client, from uint32) error {
-		var info ep.LocalChannelInfo
-		fds, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: from, Dest: recv.String()}, &info)
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return err
-	}
+	localAttach(t, rc, open(rc, recv.Port(), 0))
+	connect := func(c *client.Client, from uint32) error { return localConnect(c, from, recv) }
 	const share = ep.MaxShmChannels / 4
 	for i := range share {
 		if err := connect(sc, open(sc, uint16(7200+i), 1)); err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
-	"golang.org/x/sys/unix"
 )
 
 // neighbors lists host A's neighbour entries on its interface (ip neigh,
@@ -55,23 +54,7 @@ func TestNeighUseOnlyNextHops(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A client of uid with an endpoint on the interface, and its neigh.use.
-	withEndpoint := func(uid int, queue int) func(netip.Addr) error {
-		c := mustDialAs(t, n.socket, uid, nobody)
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7000+queue)).String(),
-			AV: "nb", Private: true, FirstQueue: queue, Queues: 1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-		})
-		return func(ip netip.Addr) error {
-			_, err := c.Call(ctl.OpNeighUse.Name(), ctl.NeighUseArgs{Ifindex: n.bed.A.Ifindex, IP: ip}, nil)
-			return err
-		}
-	}
+	withEndpoint := func(uid int, queue int) func(netip.Addr) error { return n.neighUser(uid, queue, "nb") }
 	use := withEndpoint(nobody, 0)
 
 	// 200 addresses of other subnets: no route leads there.

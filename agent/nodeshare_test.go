@@ -12,7 +12,6 @@ import (
 	"github.com/xdpfab/xdpfab/agent"
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
-	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/avtab"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -226,35 +225,17 @@ func TestNodeWideChannelLimit(t *testing.T) {
 			q = len(queues)
 			queues[c] = q
 		}
-		var res ctl.EPOpenResult
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
-			AV: "chan", FirstQueue: q, Queues: 1, RingSize: 16}, &res)
+		id, err := n.openEP(c, port, ctl.EPOpenArgs{AV: "chan", FirstQueue: q, Queues: 1, RingSize: 16})
 		if err != nil {
 			t.Fatalf("open %d: %v", port, err)
 		}
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return res.Handover.ID
+		return id
 	}
 	recv := netip.AddrPortFrom(n.bed.A.IPv4, 7000)
 	rc := mustDialAs(t, n.socket, 4801, nobody)
 	rid := open(rc, recv.Port())
-	fds, err := rc.Call(ctl.OpLocalAttach.Name(), ctl.LocalEPArgs{ID: rid}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-	connect := func(c *client.Client, from uint32) error {
-		var info ep.LocalChannelInfo
-		fds, err := c.Call(ctl.OpLocalConnect.Name(), ctl.LocalConnectArgs{ID: from, Dest: recv.String()}, &info)
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return err
-	}
+	localAttach(t, rc, rid)
+	connect := func(c *client.Client, from uint32) error { return localConnect(c, from, recv) }
 	for i, uid := range []int{4802, 4803} {
 		c := mustDialAs(t, n.socket, uid, nobody)
 		if err := connect(c, open(c, uint16(7001+i))); err != nil {
@@ -270,13 +251,7 @@ func TestNodeWideChannelLimit(t *testing.T) {
 	if _, err := rc.Call(ctl.OpEPClose.Name(), ctl.EPCloseArgs{ID: rid}, nil); err != nil {
 		t.Fatal(err)
 	}
-	rid = open(rc, recv.Port())
-	if fds, err = rc.Call(ctl.OpLocalAttach.Name(), ctl.LocalEPArgs{ID: rid}, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
+	localAttach(t, rc, open(rc, recv.Port()))
 	if err := connect(c, open(c, 7005)); err != nil {
 		t.Errorf("a channel once the others closed with their receiver: %v", err)
 	}
@@ -318,23 +293,7 @@ func TestNodeLimitFlags(t *testing.T) {
 	wantErrno(t, "an AV past --max-avs 16", err, fi.ENOSPC)
 
 	// Unresolved neighbours: 3 for one uid, 5 in all.
-	neighUser := func(uid, queue int) func(netip.Addr) error {
-		c := mustDialAs(t, n.socket, uid, nobody)
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, uint16(7000+queue)).String(),
-			AV: "r0", Private: true, FirstQueue: queue, Queues: 1, Frames: 64}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-		})
-		return func(ip netip.Addr) error {
-			_, err := c.Call(ctl.OpNeighUse.Name(), ctl.NeighUseArgs{Ifindex: n.bed.A.Ifindex, IP: ip}, nil)
-			return err
-		}
-	}
+	neighUser := func(uid, queue int) func(netip.Addr) error { return n.neighUser(uid, queue, "r0") }
 	onLink := n.bed.Net4.Addr().As4()
 	next := 100
 	addr := func() netip.Addr { next++; onLink[3] = byte(next); return netip.AddrFrom4(onLink) }
@@ -390,13 +349,7 @@ func TestXSKSlotQuotas(t *testing.T) {
 	// sharing domain of c's uid (each uid's on a queue of its own).
 	open := func(c *client.Client, q, ctxs int) (uint32, error) {
 		port++
-		var res ctl.EPOpenResult
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
-			AV: "xsk", RxContexts: ctxs, FirstQueue: q, Queues: 1, RingSize: 16}, &res)
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return res.Handover.ID, err
+		return n.openEP(c, port, ctl.EPOpenArgs{AV: "xsk", RxContexts: ctxs, FirstQueue: q, Queues: 1, RingSize: 16})
 	}
 	evil, b, c := mustDialAs(t, n.socket, 5101, nobody), mustDialAs(t, n.socket, 5102, nobody), mustDialAs(t, n.socket, 5103, nobody)
 	for i := range 4 {

@@ -3,14 +3,12 @@
 package agent_test
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
-	"golang.org/x/sys/unix"
 )
 
 // An endpoint takes a run of adjacent XSKMAP slots, the first free run
@@ -36,13 +34,7 @@ func TestXSKSlotsPlaced(t *testing.T) {
 	// for root, else in the sharing domain of c's uid).
 	open := func(c *client.Client, q, ctxs int, private bool) (uint32, error) {
 		port++
-		var res ctl.EPOpenResult
-		fds, err := c.Call(ctl.OpEPOpen.Name(), ctl.EPOpenArgs{Iface: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, port).String(),
-			AV: "place", RxContexts: ctxs, FirstQueue: q, Queues: 1, RingSize: 16, Private: private, Frames: 64}, &res)
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return res.Handover.ID, err
+		return n.openEP(c, port, ctl.EPOpenArgs{AV: "place", RxContexts: ctxs, FirstQueue: q, Queues: 1, RingSize: 16, Private: private, Frames: 64})
 	}
 	base := func(id uint32) uint32 {
 		st, err := root.Status()
