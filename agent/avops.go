@@ -279,9 +279,9 @@ func (t *tableHeads) header(dp *loader.Objects, id uint32) (bpf.AVHdr, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var hdr bpf.AVHdr
-	read := func(page []byte) bool {
-		_, err := binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
-		return err == nil && hdr.Magic == bpf.AVMagic && hdr.AvId == id && hdr.Retired == 0
+	read := func(page []byte) (ok bool) {
+		hdr, ok = liveHeader(page, id)
+		return ok
 	}
 	if page := t.m[id]; page != nil {
 		if read(page) {
@@ -327,11 +327,17 @@ func (t *tableHeads) dropRetired(id uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if page := t.m[id]; page != nil {
-		var hdr bpf.AVHdr
-		if _, err := binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr); err != nil || hdr.Retired != 0 {
+		if _, ok := liveHeader(page, id); !ok {
 			t.dropLocked(id)
 		}
 	}
+}
+
+// liveHeader decodes the header at the start of AV id's table page, ok
+// when it is that AV's table and not retired.
+func liveHeader(page []byte, id uint32) (hdr bpf.AVHdr, ok bool) {
+	_, err := binary.Decode(page[:bpf.AVLine], binary.NativeEndian, &hdr)
+	return hdr, err == nil && hdr.Magic == bpf.AVMagic && hdr.AvId == id && hdr.Retired == 0
 }
 
 // drop unmaps AV id's page, if it is mapped.

@@ -57,11 +57,11 @@ func (d *Objects) ProgramFor(mode Mode) (*ebpf.Program, error) {
 	g := &d.generic
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.prog != nil || g.spec == nil {
-		if g.prog == nil {
-			return d.Program, nil
-		}
+	switch {
+	case g.prog != nil:
 		return g.prog, nil
+	case g.spec == nil: // closed, or nothing to load it from
+		return d.Program, nil
 	}
 	cs := g.spec.Copy()
 	ps, ok := cs.Programs["xdpfab_rx"]
