@@ -150,9 +150,9 @@ type xdpfabRx struct {
 }
 
 // openXdpfabRx opens a stack on h at local (copy mode, one queue, FI_SOURCE,
-// a single-consumer receive CQ; epAttr may change the endpoint's attributes)
+// a single-consumer receive CQ; adjust may change the attributes)
 // and inserts peers into its AV, 65536 per call. Close it with Close.
-func openXdpfabRx(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, epAttr func(*ep.Attr)) (*xdpfabRx, error) {
+func openXdpfabRx(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, peers []netip.AddrPort, adjust func(*stack.Attr)) (*xdpfabRx, error) {
 	attr := stack.Attr{
 		AV:   &av.Attr{Count: len(peers), RxCtxBits: 2},
 		TxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
@@ -161,8 +161,8 @@ func openXdpfabRx(dp *loader.Objects, h *testbed.Host, local netip.AddrPort, pee
 			Caps: fi.Msg | fi.Source, BindMode: dataplane.BindCopy, Queues: 1},
 		Do: h.Do,
 	}
-	if epAttr != nil {
-		epAttr(&attr.EP)
+	if adjust != nil {
+		adjust(&attr)
 	}
 	s, err := stack.Open(dp, attr)
 	if err != nil {

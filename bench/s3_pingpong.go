@@ -22,10 +22,10 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/cq"
-	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/stack"
 )
 
 // ppSizes are the payload sizes: 1472 is the MTU-sized message (the
@@ -196,7 +196,14 @@ func runPingPong(r *results, cfg *config) error {
 func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
 	add func(string, string, int, []ppResult)) error {
 	la, lb := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(bd.B.IPv4, rxPort)
-	epAttr := func(a *ep.Attr) { a.BusyPoll = poll }
+	// Each side's endpoint and CQs are used by one goroutine, as
+	// xdpfab pingpong's: no locks (FI_THREAD_DOMAIN, single-producer and
+	// single-consumer CQs).
+	epAttr := func(a *stack.Attr) {
+		a.EP.BusyPoll, a.EP.Threading = poll, fi.ThreadDomain
+		a.TxCQ.SingleProducer, a.TxCQ.SingleConsumer = true, true
+		a.RxCQ.SingleProducer, a.RxCQ.SingleConsumer = true, true
+	}
 	cli, err := openXdpfabRx(dp, bd.A, la, []netip.AddrPort{lb}, epAttr)
 	if err != nil {
 		return err

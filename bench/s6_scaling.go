@@ -11,10 +11,10 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
-	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
+	"github.com/xdpfab/xdpfab/stack"
 	"github.com/xdpfab/xdpfab/wire"
 )
 
@@ -114,8 +114,8 @@ func runScaling(r *results, cfg *config) error {
 			fmt.Printf("  %-28s %-9s %6.3f Mpps (min %.3f max %.3f)\n", key, name, m.Median, m.Min, m.Max)
 			return nil
 		}
-		x, err := openXdpfabRx(dp, bd.B, local, all, func(a *ep.Attr) {
-			a.RxContexts, a.Queues = sr.contexts, sr.queues
+		x, err := openXdpfabRx(dp, bd.B, local, all, func(a *stack.Attr) {
+			a.EP.RxContexts, a.EP.Queues = sr.contexts, sr.queues
 		})
 		if err != nil {
 			return err

@@ -71,6 +71,18 @@ type Attr struct {
 	AuthKey fi.Addr
 	// Progress mode (default manual).
 	Progress ProgressMode
+	// Threading is the threading model the application keeps (default
+	// fi.ThreadSafe). With fi.ThreadDomain and manual progress the
+	// application promises to serialize every call on the endpoint, on
+	// the other endpoints of this process on its interface (the same
+	// network namespace and FirstQueue: they share one device), on their
+	// CQs' reads, and their opens and closes; the endpoint then takes no
+	// lock on its data path. Every endpoint on such a device must promise
+	// it (an endpoint that does not is refused with EINVAL), and an
+	// endpoint opened with it on a device others opened without it is
+	// thread safe. Every other model is served thread safe (a stricter
+	// model than asked for). Endpoint.Threading reports the one provided.
+	Threading fi.Threading
 	// Frames in the UMEM (default 4096) and ring sizes (default 1024).
 	Frames, RingSize int
 	// MaxPosted bounds posted receives per context (default 1024).
@@ -173,6 +185,8 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: selective completion %v: want fi.Transmit and/or fi.Recv: %w", a.SelectiveCompletion, fi.EINVAL)
 	case a.Progress != ProgressManual && a.Progress != ProgressAuto:
 		return fmt.Errorf("ep open: progress mode %d: %w", a.Progress, fi.EINVAL)
+	case a.Threading < fi.ThreadUnspec || a.Threading > fi.ThreadEndpoint:
+		return fmt.Errorf("ep open: threading model %v: %w", a.Threading, fi.EINVAL)
 	}
 	if a.Local.Addr().Zone() != "" {
 		return fmt.Errorf("ep open: zoned local address %v: %w", a.Local, fi.EINVAL)
@@ -181,6 +195,13 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: %d receive contexts need rx_ctx_bits >= %d in the AV: %w", a.RxContexts, bitsFor(a.RxContexts), fi.EINVAL)
 	}
 	return nil
+}
+
+// serialized reports whether the application serializes every call on
+// the endpoint and nothing of the endpoint's own runs beside it: its
+// device may leave out its locks (optMutex).
+func (a *Attr) serialized() bool {
+	return a.Threading == fi.ThreadDomain && a.Progress == ProgressManual
 }
 
 func (a *Attr) defaults() {

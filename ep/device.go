@@ -25,9 +25,13 @@ type device struct {
 	refs    int // endpoints, guarded by devices.mu
 	queues  int
 	anchors []*dataplane.Socket // per queue; anchors[0] transmits
-	fillMu  []sync.Mutex        // per queue: the fill ring has one producer
+	fillMu  []optMutex          // per queue: the fill ring has one producer
 	tx      txState
 	shared  bool // in devices: other endpoints of the process join it
+	// unlocked: the device's endpoints were opened with fi.ThreadDomain
+	// and manual progress, so the application serializes every call on
+	// them and the device leaves its locks out (setUnlocked).
+	unlocked bool
 
 	// A sharing domain's device in the agent (Domain): the domain owns
 	// it; endpoints leave it as they found it.
@@ -89,6 +93,11 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 			return nil, fmt.Errorf("interface has queues %d..%d open, endpoint wants %d..%d: %w",
 				d.first, d.first+d.queues-1, a.FirstQueue, a.FirstQueue+queues-1, fi.EINVAL)
 		}
+		// Its other endpoints run without locks: so must this one.
+		if d.unlocked && !a.serialized() {
+			return nil, fmt.Errorf("the interface's endpoints in this process were opened with %v and manual progress, so this one must be too (it is %v, progress %d): %w",
+				fi.ThreadDomain, a.Threading, a.Progress, fi.EINVAL)
+		}
 		// The endpoint's sockets share the device's UMEM, so they are
 		// bound the way its first socket was.
 		if m := d.boundMode(); a.BindMode != dataplane.BindAuto && a.BindMode != m {
@@ -102,6 +111,9 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 		return nil, err
 	}
 	d.prime(a.Frames)
+	if a.serialized() {
+		d.setUnlocked()
+	}
 	d.refs, d.shared = 1, true
 	devices.m[key] = d
 	return d, nil
@@ -119,7 +131,7 @@ func newPrivateDevice(ifindex, queues int, a *Attr) (*device, error) {
 }
 
 func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err error) {
-	d := &device{key: key, first: a.FirstQueue, queues: queues, fillMu: make([]sync.Mutex, queues)}
+	d := &device{key: key, first: a.FirstQueue, queues: queues, fillMu: make([]optMutex, queues)}
 	if a.Frames/2/queues < 16 {
 		return nil, fmt.Errorf("%d frames too few for %d queues: %w", a.Frames, queues, fi.EINVAL)
 	}
@@ -166,6 +178,17 @@ func (d *device) prime(frames int) {
 		if got := s.Fill(addrs[:n]); got != n {
 			d.umem.Free(addrs[got:n]...)
 		}
+	}
+}
+
+// setUnlocked makes the device leave its locks out: its endpoints'
+// application serializes every call (Attr.serialized). Call it before the
+// device's first endpoint is returned.
+func (d *device) setUnlocked() {
+	d.unlocked = true
+	d.tx.mu.off = true
+	for i := range d.fillMu {
+		d.fillMu[i].off = true
 	}
 }
 

@@ -205,7 +205,7 @@ func (d *Domain) Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error)
 	if err := checkDataplane(dp); err != nil {
 		return nil, err
 	}
-	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress = nil, nil, nil, ProgressManual
+	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress, attr.Threading = nil, nil, nil, ProgressManual, fi.ThreadSafe
 	if err := attr.validateKernel(); err != nil {
 		return nil, err
 	}

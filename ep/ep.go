@@ -278,8 +278,10 @@ func (e *Endpoint) openSockets(ifindex int) error {
 
 func (e *Endpoint) newRxCtx() *rxCtx {
 	e.dev.rxCtxs.Add(1)
-	return &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
+	c := &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
 		partial: make([][]dataplane.Desc, e.queues)}
+	c.mu.off = e.dev.unlocked
+	return c
 }
 
 func (e *Endpoint) closeSockets() {
@@ -454,6 +456,19 @@ func (e *Endpoint) MaxMsgSize() int {
 		return 0
 	}
 	return e.maxMsg
+}
+
+// Threading reports the threading model the endpoint provides (0 for a
+// nil or zero Endpoint): fi.ThreadDomain when it runs without locks
+// (Attr.Threading), else fi.ThreadSafe.
+func (e *Endpoint) Threading() fi.Threading {
+	switch {
+	case e == nil || e.dev == nil:
+		return fi.ThreadUnspec
+	case e.dev.unlocked:
+		return fi.ThreadDomain
+	}
+	return fi.ThreadSafe
 }
 
 // RecvStats counts messages an endpoint dropped after taking them off its

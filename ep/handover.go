@@ -41,7 +41,7 @@ func Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
 	if err := checkDataplane(dp); err != nil {
 		return nil, err
 	}
-	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress = nil, nil, nil, ProgressManual
+	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress, attr.Threading = nil, nil, nil, ProgressManual, fi.ThreadSafe
 	if err := attr.validateKernel(); err != nil {
 		return nil, err
 	}
@@ -223,6 +223,9 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 	if e.dev, err = adoptDevice(info, fds, owned); err != nil {
 		return nil, fmt.Errorf("ep adopt: %w", err)
 	}
+	if attr.serialized() {
+		e.dev.setUnlocked() // the endpoint's own device
+	}
 	e.umem = e.dev.umem
 	if !e.dev.multiBuffer() {
 		// Sockets that take one UMEM frame per packet (an agent on a
@@ -264,7 +267,7 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 		return nil, fmt.Errorf("no anchor sockets: %w", fi.EINVAL)
 	}
 	ucfg := info.Anchors[0].UMEM
-	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex, info.FirstQueue}, first: info.FirstQueue, queues: info.Queues, fillMu: make([]sync.Mutex, info.Queues)}
+	d := &device{key: devKey{info.Anchors[0].Socket.Netns, info.Ifindex, info.FirstQueue}, first: info.FirstQueue, queues: info.Queues, fillMu: make([]optMutex, info.Queues)}
 	if d.umem, err = dataplane.AttachUMEM(fds[0], ucfg); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 )
 
@@ -22,5 +23,62 @@ func BenchmarkEmptyPoll(b *testing.B) {
 		if n, err := r.a.rx.Read(buf[:]); n != 0 || !errors.Is(err, fi.EAGAIN) {
 			b.Fatalf("read: %d, %v", n, err)
 		}
+	}
+}
+
+// BenchmarkOneWay is one message's whole path on one goroutine: B posts a
+// receive, A injects 64 bytes (its kick runs B's receive, XDP and the
+// redirect, in A's system call: veth), B reads the completion. The
+// threading models compare the endpoints' and CQs' locks (thread safe)
+// with none (FI_THREAD_DOMAIN and single-producer, single-consumer CQs).
+func BenchmarkOneWay(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		th   fi.Threading
+	}{{"safe", fi.ThreadSafe}, {"domain", fi.ThreadDomain}} {
+		b.Run(c.name, func(b *testing.B) {
+			var rxs []*cq.CQ // A's, B's
+			r := newRig(b, rigOpts{epAttr: func(a *ep.Attr) {
+				a.Threading = c.th
+				if c.th == fi.ThreadDomain {
+					for _, q := range []**cq.CQ{&a.TxCQ, &a.RxCQ} {
+						x, err := cq.Open(cq.Attr{Size: 4096, Format: cq.FormatTagged, SingleProducer: true, SingleConsumer: true})
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { x.Close() })
+						*q = x
+					}
+				}
+				rxs = append(rxs, a.RxCQ)
+			}})
+			to := r.a.insert(b, r.b.local)
+			msg, buf := make([]byte, 64), make([]byte, 2048)
+			var ent [1]cq.Entry
+			for b.Loop() {
+				if err := r.b.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					err := r.a.ep.Inject(msg, to)
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, fi.EAGAIN) {
+						b.Fatal(err)
+					}
+					r.a.ep.Progress()
+				}
+				for {
+					n, err := rxs[1].Read(ent[:])
+					if n == 1 {
+						break
+					}
+					if !errors.Is(err, fi.EAGAIN) {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
-	"sync"
 
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -24,7 +23,7 @@ type rxCtx struct {
 	socks []*dataplane.Socket
 	cq    *cq.Producer
 
-	mu     sync.Mutex
+	mu     optMutex
 	msgs   []recvOp // posted FI_MSG receives, in order
 	tagged []recvOp // posted FI_TAGGED receives, in order
 	parked []frameRef

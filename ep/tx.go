@@ -5,7 +5,6 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/xdpfab/xdpfab/cq"
@@ -18,7 +17,7 @@ import (
 // in flight and whose they are. Guarded by mu, with each endpoint's
 // transmit CQ producer and completion backlog.
 type txState struct {
-	mu sync.Mutex
+	mu optMutex
 	// busy mirrors, for progress's look without mu, whether reclaim has
 	// anything to do: frames outstanding or completions waiting for room
 	// in a TX CQ. unlock writes it; a progress that reads false while

@@ -120,3 +120,19 @@ func TestFlagsString(t *testing.T) {
 		t.Errorf("%q", s)
 	}
 }
+
+func TestThreading(t *testing.T) {
+	for _, tc := range []struct {
+		th   fi.Threading
+		want int
+		name string
+	}{
+		{fi.ThreadUnspec, 0, "FI_THREAD_UNSPEC"}, {fi.ThreadSafe, 1, "FI_THREAD_SAFE"}, {fi.ThreadFID, 2, "FI_THREAD_FID"},
+		{fi.ThreadDomain, 3, "FI_THREAD_DOMAIN"}, {fi.ThreadCompletion, 4, "FI_THREAD_COMPLETION"},
+		{fi.ThreadEndpoint, 5, "FI_THREAD_ENDPOINT"}, {fi.Threading(9), 9, "Threading(9)"},
+	} {
+		if int(tc.th) != tc.want || tc.th.String() != tc.name {
+			t.Errorf("%v = %d, want %s = %d", tc.th, int(tc.th), tc.name, tc.want)
+		}
+	}
+}

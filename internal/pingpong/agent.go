@@ -50,10 +50,10 @@ func openAgent(o Options, server bool) (_ *session, err error) {
 	if err := as.openAV(s); err != nil {
 		return nil, err
 	}
-	if s.TxCQ, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
+	if s.TxCQ, err = cq.Open(cqAttr); err != nil {
 		return nil, err
 	}
-	if s.RxCQ, err = cq.Open(cq.Attr{Size: 1024, Format: cq.FormatMsg}); err != nil {
+	if s.RxCQ, err = cq.Open(cqAttr); err != nil {
 		return nil, err
 	}
 	caps := fi.Msg | fi.Source
@@ -61,7 +61,7 @@ func openAgent(o Options, server bool) (_ *session, err error) {
 		caps |= fi.SourceErr
 	}
 	s.EP, err = c.OpenEndpoint(ctl.EPOpenArgs{Iface: o.Iface, Local: o.Local.String(), AV: as.name, Caps: caps},
-		ep.Attr{Ifname: o.Iface, Local: o.Local, AV: s.AV, TxCQ: s.TxCQ, RxCQ: s.RxCQ, Caps: caps, BusyPoll: o.BusyPoll})
+		ep.Attr{Ifname: o.Iface, Local: o.Local, AV: s.AV, TxCQ: s.TxCQ, RxCQ: s.RxCQ, Caps: caps, BusyPoll: o.BusyPoll, Threading: fi.ThreadDomain})
 	if err != nil {
 		return nil, err
 	}

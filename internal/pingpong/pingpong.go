@@ -71,6 +71,11 @@ type session struct {
 	agent *agentSession // through the agent: Stack's AV, TxCQ, RxCQ and EP are set, the rest nil
 }
 
+// One goroutine makes every call on a session's endpoint and CQs (its
+// reads progress the endpoint, which writes the completions): the
+// endpoint and CQs take no locks (ep.Attr.Threading, cq.Attr.Single*).
+var cqAttr = cq.Attr{Size: 1024, Format: cq.FormatMsg, SingleProducer: true, SingleConsumer: true}
+
 func open(o Options, server bool) (*session, error) {
 	switch o.Via {
 	case ViaAgent:
@@ -109,9 +114,9 @@ func open(o Options, server bool) (*session, error) {
 	}
 	s.Stack, err = stack.Open(s.dp, stack.Attr{
 		AV:   &av.Attr{Type: av.TypeTable},
-		TxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
-		RxCQ: cq.Attr{Size: 1024, Format: cq.FormatMsg},
-		EP:   ep.Attr{Ifname: o.Iface, Local: o.Local, Caps: caps, BusyPoll: o.BusyPoll},
+		TxCQ: cqAttr,
+		RxCQ: cqAttr,
+		EP:   ep.Attr{Ifname: o.Iface, Local: o.Local, Caps: caps, BusyPoll: o.BusyPoll, Threading: fi.ThreadDomain},
 	})
 	if err != nil {
 		s.close()

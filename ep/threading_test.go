@@ -1,0 +1,155 @@
+//go:build linux
+
+package ep_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+)
+
+// An endpoint opened with fi.ThreadDomain and manual progress runs without
+// locks and works as any other: messages both ways, each attributed to its
+// sender's fi_addr (the race detector watches the unlocked paths, all on
+// this goroutine as the model demands).
+func TestThreadDomainPingPong(t *testing.T) {
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Threading = fi.ThreadDomain }})
+	for _, s := range []*side{r.a, r.b} {
+		if got := s.ep.Threading(); got != fi.ThreadDomain {
+			t.Fatalf("%s: Threading() = %v, want %v", s.h.Name(), got, fi.ThreadDomain)
+		}
+	}
+	aOfB, bOfA := r.a.insert(t, r.b.local), r.b.insert(t, r.a.local)
+	bufA, bufB := make([]byte, 2048), make([]byte, 2048)
+	for i := range 200 {
+		msg := []byte(fmt.Sprintf("ping %d", i))
+		if err := r.b.ep.Recv(bufB, fi.AddrUnspec, nil); err != nil {
+			t.Fatal(err)
+		}
+		send(t, r.a, func() error { return r.a.ep.Inject(msg, aOfB) })
+		e, src, ee := read(t, r.b.rx)
+		if ee != nil || src != bOfA || string(bufB[:e.Len]) != string(msg) {
+			t.Fatalf("message %d at B: %q from %v (error entry %+v), want %q from %v", i, bufB[:e.Len], src, ee, msg, bOfA)
+		}
+		if err := r.a.ep.Recv(bufA, fi.AddrUnspec, nil); err != nil {
+			t.Fatal(err)
+		}
+		send(t, r.b, func() error { return r.b.ep.Send(bufB[:e.Len], bOfA, nil) })
+		if _, _, ee := read(t, r.b.tx); ee != nil {
+			t.Fatalf("send completion at B: %+v", ee)
+		}
+		e, src, ee = read(t, r.a.rx)
+		if ee != nil || src != aOfB || string(bufA[:e.Len]) != string(msg) {
+			t.Fatalf("reply %d at A: %q from %v (error entry %+v), want %q from %v", i, bufA[:e.Len], src, ee, msg, aOfB)
+		}
+	}
+}
+
+// The threading model: a model libfabric does not define is EINVAL and
+// leaves nothing behind; any model but ThreadDomain with manual progress
+// is served thread safe; the endpoints of one device (this process, one
+// interface) either all run without locks or none does: an endpoint that
+// does not promise serialized calls is refused on a device that runs
+// without them, and one that does is served thread safe on a device that
+// has them.
+func TestThreadingModels(t *testing.T) {
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Threading = fi.ThreadDomain }})
+	h := r.bed.A
+	base := func(p uint16, th fi.Threading, pm ep.ProgressMode) ep.Attr {
+		tx, err := cq.Open(cq.Attr{Size: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rx, err := cq.Open(cq.Attr{Size: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Close(); rx.Close() })
+		return ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(h.IPv4, p), AV: r.a.av, TxCQ: tx, RxCQ: rx,
+			BindMode: dataplane.BindCopy, Threading: th, Progress: pm}
+	}
+	tryOpen := func(a ep.Attr) (*ep.Endpoint, error) {
+		var e *ep.Endpoint
+		err := h.Do(func() (err error) { e, err = ep.Open(r.dp, a); return err })
+		if err == nil {
+			t.Cleanup(func() { e.Close() })
+		}
+		return e, err
+	}
+	for _, th := range []fi.Threading{-1, fi.ThreadEndpoint + 1, 1000} {
+		if e, err := tryOpen(base(port+1, th, ep.ProgressManual)); !errors.Is(err, fi.EINVAL) {
+			t.Errorf("threading %v: %v, want EINVAL", th, err)
+			if e != nil {
+				e.Close()
+			}
+		}
+	}
+	// A's device runs without locks (the rig's endpoint): a thread-safe
+	// endpoint, or one with a progress goroutine of its own, cannot join.
+	for _, a := range []ep.Attr{base(port+1, fi.ThreadSafe, ep.ProgressManual), base(port+1, fi.ThreadUnspec, ep.ProgressManual),
+		base(port+1, fi.ThreadEndpoint, ep.ProgressManual), base(port+1, fi.ThreadDomain, ep.ProgressAuto)} {
+		if _, err := tryOpen(a); !errors.Is(err, fi.EINVAL) {
+			t.Errorf("%v, progress %d beside an endpoint without locks: %v, want EINVAL", a.Threading, a.Progress, err)
+		}
+	}
+	// The refusals took nothing: the port opens, for a second endpoint
+	// that promises the same.
+	e, err := tryOpen(base(port+1, fi.ThreadDomain, ep.ProgressManual))
+	if err != nil {
+		t.Fatalf("second endpoint with FI_THREAD_DOMAIN: %v", err)
+	}
+	if got := e.Threading(); got != fi.ThreadDomain {
+		t.Errorf("second endpoint: Threading() = %v", got)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// On B's device, new once its endpoint is gone, every other model is
+	// served thread safe.
+	if err := r.b.ep.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = r.bed.B
+	for _, c := range []struct {
+		th fi.Threading
+		pm ep.ProgressMode
+	}{{fi.ThreadUnspec, ep.ProgressManual}, {fi.ThreadSafe, ep.ProgressManual}, {fi.ThreadFID, ep.ProgressManual},
+		{fi.ThreadCompletion, ep.ProgressManual}, {fi.ThreadEndpoint, ep.ProgressManual}, {fi.ThreadDomain, ep.ProgressAuto}} {
+		a := base(port+2, c.th, c.pm)
+		a.Local = netip.AddrPortFrom(h.IPv4, port+2)
+		e, err := tryOpen(a)
+		if err != nil {
+			t.Fatalf("%v, progress %d: %v", c.th, c.pm, err)
+		}
+		if got := e.Threading(); got != fi.ThreadSafe {
+			t.Errorf("%v, progress %d: Threading() = %v, want %v", c.th, c.pm, got, fi.ThreadSafe)
+		}
+		// A device with locks serves a FI_THREAD_DOMAIN endpoint with them.
+		if c.th == fi.ThreadSafe {
+			b := base(port+3, fi.ThreadDomain, ep.ProgressManual)
+			b.Local = netip.AddrPortFrom(h.IPv4, port+3)
+			e2, err := tryOpen(b)
+			if err != nil {
+				t.Fatalf("FI_THREAD_DOMAIN beside a thread-safe endpoint: %v", err)
+			}
+			if got := e2.Threading(); got != fi.ThreadSafe {
+				t.Errorf("FI_THREAD_DOMAIN beside a thread-safe endpoint: Threading() = %v, want %v", got, fi.ThreadSafe)
+			}
+			e2.Close()
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var zero ep.Endpoint
+	if got := zero.Threading(); got != fi.ThreadUnspec {
+		t.Errorf("zero endpoint: Threading() = %v", got)
+	}
+}
