@@ -174,7 +174,22 @@ func (f *Frame) Put(b []byte) int {
 // IPv4Checksum is the Internet checksum of the IPv4 header h: with h's
 // checksum field zero, the value that belongs there; over a header whose
 // checksum is right, 0.
-func IPv4Checksum(h []byte) uint16 { return ^fold(sum(h, 0)) }
+func IPv4Checksum(h []byte) uint16 {
+	if len(h) != 20 {
+		return ^fold(sum(h, 0))
+	}
+	// The header without options, every sent frame's: its five 32-bit
+	// words added whole (2^16 is 1 in ones' complement arithmetic, so a
+	// word's halves fold into the same sum), no loop: 2.6 ns against the
+	// general sum's 12.6 (BenchmarkIPv4Checksum).
+	s := uint64(binary.BigEndian.Uint32(h[0:])) + uint64(binary.BigEndian.Uint32(h[4:])) +
+		uint64(binary.BigEndian.Uint32(h[8:])) + uint64(binary.BigEndian.Uint32(h[12:])) +
+		uint64(binary.BigEndian.Uint32(h[16:]))
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return ^uint16(s)
+}
 
 // udpChecksum returns the UDP checksum of udp (header with a zero checksum
 // field, xdpfab header, payload) with its pseudo-header.
