@@ -43,6 +43,9 @@ type device struct {
 	share  *dataplane.ShareBlock
 	slot   int
 	txSock *dataplane.Socket
+	// shareLazy is ShareInfo.Lazy: the frames per queue each receive
+	// context may keep back before it refills.
+	shareLazy int
 
 	// Frames its endpoints' receive contexts keep for receives not yet
 	// posted (rxCtx.park), how many they may keep together (a quarter of

@@ -183,21 +183,29 @@ func (d *Domain) Users() int {
 }
 
 // quotaOf is what an endpoint of the domain may hold of the receive pool:
-// its receive rings full, and as many parked frames as one ring holds.
+// its receive rings full, the frames each context keeps back before it
+// refills (lazyOf per queue), and as many parked frames as one ring holds.
 func quotaOf(a *Attr, queues int) (quota, park int) {
-	return a.RingSize*max(a.RxContexts, 1)*queues + a.RingSize, a.RingSize
+	return (a.RingSize+lazyOf(a))*max(a.RxContexts, 1)*queues + a.RingSize, a.RingSize
 }
+
+// lazyOf is how many received frames per queue each receive context of a
+// domain's endpoint keeps back before it refills (rxCtx.lazy): lazyRefill,
+// or a quarter of a smaller ring.
+func lazyOf(a *Attr) int { return min(lazyRefill, max(a.RingSize/4, 1)) }
 
 // Prepare makes an endpoint of the domain for another process, as the
 // package's Prepare does for a device of the endpoint's own: attr's queues
 // are the domain's (a conflicting FirstQueue or Queues is EINVAL), its
 // Frames are the domain's (ignored), and its RingSize defaults to
 // DefaultDomainRing. The endpoint takes a slot of the domain (EAGAIN when
-// all are in use) and a share of the receive pool: its rings and parked
-// frames may hold at most RingSize*(RxContexts*Queues+1) frames, and the
-// shares of all endpoints leave an eighth of the pool free (EDQUOT when
-// one more would not), so no endpoint can starve the others. Call it from
-// a thread in the interface's network namespace.
+// all are in use) and a share of the receive pool: its rings, the frames
+// its contexts keep back for a batched refill (L per context and queue: 16,
+// or a quarter of a smaller ring) and its parked frames may hold at most
+// (RingSize+L)*RxContexts*Queues+RingSize frames, and the shares of all
+// endpoints leave an eighth of the pool free (EDQUOT when one more would
+// not), so no endpoint can starve the others. Call it from a thread in the
+// interface's network namespace.
 func (d *Domain) Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
 	if d == nil || d.dev == nil {
 		return nil, fmt.Errorf("ep open: sharing domain is nil or not from NewDomain: %w", fi.EINVAL)
@@ -309,7 +317,7 @@ func (d *Domain) Close() error {
 // shareInfo describes the slot to the application (Handover).
 func (p *Prepared) shareInfo() *ShareInfo {
 	_, park := quotaOf(&p.e.attr, p.dom.cfg.Queues)
-	return &ShareInfo{Config: p.dom.share.Config(), Slot: p.slot, ParkLimit: park, Tx: p.tx.Info()}
+	return &ShareInfo{Config: p.dom.share.Config(), Slot: p.slot, ParkLimit: park, Lazy: lazyOf(&p.e.attr), Tx: p.tx.Info()}
 }
 
 // ShareInfo is what the application of a sharing domain's endpoint needs
@@ -318,7 +326,11 @@ type ShareInfo struct {
 	Config    dataplane.ShareConfig `json:"config"`
 	Slot      int                   `json:"slot"`
 	ParkLimit int                   `json:"park_limit"` // frames the endpoint may keep for unmatched messages
-	Tx        dataplane.SocketInfo  `json:"tx"`
+	// Lazy is how many received frames per queue each receive context may
+	// keep back before it refills, counted in its share of the pool (0:
+	// none, an agent before this field; at most 16).
+	Lazy int                  `json:"lazy,omitempty"`
+	Tx   dataplane.SocketInfo `json:"tx"`
 }
 
 // Reclaim takes back what a sharing domain's endpoint held, once Close has

@@ -281,6 +281,7 @@ func (e *Endpoint) newRxCtx() *rxCtx {
 	c := &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
 		partial: make([][]dataplane.Desc, e.queues)}
 	c.mu.off = e.dev.unlocked
+	c.lazy = lazyFor(e)
 	return c
 }
 

@@ -11,3 +11,17 @@ func (e *Endpoint) Parked() int {
 	}
 	return n
 }
+
+// HeldForRefill reports the most received frames one receive context keeps
+// back from one queue's fill ring (rxCtx.lazy bounds it).
+func (e *Endpoint) HeldForRefill() int {
+	n := 0
+	for _, c := range e.rx {
+		c.mu.Lock()
+		for _, r := range c.refill {
+			n = max(n, len(r))
+		}
+		c.mu.Unlock()
+	}
+	return n
+}

@@ -299,7 +299,8 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 	// fill rings already; this endpoint allocates only its own transmit
 	// frames.
 	if sh.Config.FrameSize != ucfg.FrameSize || sh.Config.NumFrames() != ucfg.NumFrames || sh.Config.Queues != info.Queues ||
-		sh.Config.FirstQueue != info.FirstQueue || sh.Slot < 0 || sh.Slot >= sh.Config.Slots || sh.ParkLimit < 0 {
+		sh.Config.FirstQueue != info.FirstQueue || sh.Slot < 0 || sh.Slot >= sh.Config.Slots || sh.ParkLimit < 0 ||
+		sh.Lazy < 0 || sh.Lazy > lazyRefill {
 		return nil, fmt.Errorf("sharing domain %+v slot %d does not match the UMEM %+v: %w", sh.Config, sh.Slot, ucfg, fi.EINVAL)
 	}
 	i := len(fds) - 2
@@ -308,6 +309,7 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 	}
 	owned[i] = true
 	d.slot = sh.Slot
+	d.shareLazy = sh.Lazy
 	first, n := d.share.TxRange(d.slot)
 	if err := d.umem.SetFreeRange(first, n); err != nil {
 		return nil, err

@@ -33,6 +33,7 @@ type rxCtx struct {
 	stale  bool
 	posts  uint64     // receives posted (recvOp.seq)
 	refill [][]uint64 // per queue: frames to give back to its fill ring
+	lazy   int        // how many wait there before they go back (lazyFor)
 	descs  []dataplane.Desc
 	// A jumbo frame (AF_XDP multi-buffer) is a chain of descriptors:
 	// partial holds, per queue, those of a chain whose last descriptor
@@ -304,8 +305,11 @@ func (c *rxCtx) progress() (blocked bool) {
 		return false // another goroutine is at it
 	}
 	defer c.mu.Unlock()
-	c.flush() // what the last call held back (flushLazy), off this message's path
-	defer c.flushLazy()
+	// Frames are handed back to the fill ring lazyRefill at a time, once
+	// that many wait (held back by the last calls), off this message's
+	// path; a batch larger than that goes back at once.
+	c.flushOver(max(c.lazy-1, 0))
+	defer c.flushOver(c.lazy)
 	if c.ep.closed.Load() {
 		return false
 	}
@@ -749,21 +753,26 @@ func (c *rxCtx) release(f frameRef) {
 	}
 }
 
-// lazyRefill is how many received frames per queue a context may keep
-// from its fill ring until its next progress call: the refill (the fill
-// ring's lock, the ring and its producer index, a line the kernel reads)
-// then comes after the completion is read, not before. A context holds at
-// most this many frames back, so idle contexts cannot starve a queue.
-const lazyRefill = 4
+// lazyRefill is how many received frames per queue a context keeps from
+// its fill ring before it gives them back, in one ring update: the refill
+// (the ring's producer index and entries, lines the kernel's receive path
+// reads, and for a sharing domain its fill lock) then costs a sixteenth
+// per message, and comes at the start of a later progress call, not
+// between a message's completion and the CQ read that returns it. A
+// context holds at most this many back (its endpoint's UMEM permitting:
+// rxCtx.lazy), so idle contexts cannot starve a queue; a sharing domain
+// counts them in each endpoint's share of its pool (quotaOf).
+const lazyRefill = 16
 
-// flushLazy is flush for batches larger than lazyRefill, and for a sharing
-// domain's endpoint (whose frames the agent accounts for) at once.
-func (c *rxCtx) flushLazy() {
-	if c.ep.dev.share != nil {
-		c.flushOver(0)
-	} else {
-		c.flushOver(lazyRefill)
+// lazyFor is how many frames per queue a receive context of e keeps back:
+// for a sharing domain's endpoint what the agent counted in its share
+// (ShareInfo.Lazy), else lazyRefill, or for a small UMEM at most an eighth
+// of what each queue's fill ring was given.
+func lazyFor(e *Endpoint) int {
+	if e.dev.share != nil {
+		return e.dev.shareLazy
 	}
+	return max(1, min(lazyRefill, e.attr.Frames/(16*max(e.queues, 1))))
 }
 
 func (c *rxCtx) flush() { c.flushOver(0) }

@@ -1,0 +1,82 @@
+//go:build linux
+
+package ep_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/testbed"
+)
+
+// recvHeld receives n messages from B at e, one at a time, and returns the
+// most frames e kept back from a fill ring after any of them.
+func recvHeld(t *testing.T, r *rig, e *ep.Endpoint, rx *cq.CQ, to fi.Addr, n int) int {
+	t.Helper()
+	buf, most := make([]byte, 2048), 0
+	for i := range n {
+		if err := e.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprint("m", i)
+		send(t, r.b, func() error { return r.b.ep.Inject([]byte(msg), to) })
+		if ent, _, ee := read(t, rx); ee != nil || string(buf[:ent.Len]) != msg {
+			t.Fatalf("message %d: %q (error entry %+v)", i, buf[:ent.Len], ee)
+		}
+		most = max(most, e.HeldForRefill())
+	}
+	return most
+}
+
+// Received frames go back to the fill ring in batches: a receive context
+// keeps at most 16 per queue back (fewer for a small UMEM, and for a
+// sharing domain's endpoint what the domain counted in its share: a
+// quarter of a small ring), so that an idle endpoint cannot keep a queue
+// short; the batching is real (it does keep some).
+func TestRefillBatched(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	to := r.b.insert(t, r.a.local)
+	if most := recvHeld(t, r, r.a.ep, r.a.rx, to, 100); most == 0 || most > 16 {
+		t.Errorf("an endpoint of 4096 frames kept up to %d frames back, want 1..16", most)
+	}
+	// A sharing domain's endpoints on A's queue, rings of 64 and 16.
+	r.a.ep.Close()
+	var dom *ep.Domain
+	if err := r.a.h.Do(func() (err error) {
+		dom, err = ep.NewDomain(ep.DomainConfig{Ifname: testbed.LinkName, Slots: 4, RxFrames: 1024, TxFrames: 64})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dom.Close() })
+	for i, c := range []struct{ ring, want int }{{64, 16}, {16, 4}} {
+		local := netip.AddrPortFrom(r.a.local.Addr(), uint16(7100+i))
+		tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+		rx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
+		t.Cleanup(func() { tx.Close(); rx.Close() })
+		var p *ep.Prepared
+		if err := r.a.h.Do(func() (err error) {
+			p, err = dom.Prepare(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: local, AV: r.a.av, RingSize: c.ring, Caps: fi.Msg})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := p.Handover()
+		if info.Share == nil || info.Share.Lazy != c.want {
+			t.Fatalf("ring %d: handover's share %+v, want lazy %d", c.ring, info.Share, c.want)
+		}
+		var e *ep.Endpoint
+		r.a.h.Do(func() error {
+			e = adoptInProcess(t, p, ep.Attr{Ifname: testbed.LinkName, AV: r.a.av, TxCQ: tx, RxCQ: rx, Local: local, Caps: fi.Msg})
+			return nil
+		})
+		t.Cleanup(func() { e.Close() })
+		if most := recvHeld(t, r, e, rx, r.b.insert(t, local), 60); most == 0 || most > c.want {
+			t.Errorf("domain endpoint with rings of %d kept up to %d frames back, want 1..%d", c.ring, most, c.want)
+		}
+	}
+}
