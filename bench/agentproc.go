@@ -13,6 +13,7 @@ import (
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
 	"github.com/xdpfab/xdpfab/stack"
@@ -109,11 +110,15 @@ func agentStack(sock string, req ctl.EPOpenArgs, attr ep.Attr, cqSize int, rxWai
 	}
 	undo = append(undo, func() { dp.Close() }, func() { a.Close() })
 	s := &stack.Stack{AV: a}
-	if s.TxCQ, err = cq.Open(cq.Attr{Size: cqSize, Format: cq.FormatMsg}); err != nil {
+	// An application that makes every call from one goroutine
+	// (FI_THREAD_DOMAIN) reads and, through its reads' progress, writes
+	// its CQs there too: no locks in them either.
+	single := attr.Threading == fi.ThreadDomain
+	if s.TxCQ, err = cq.Open(cq.Attr{Size: cqSize, Format: cq.FormatMsg, SingleProducer: single, SingleConsumer: single}); err != nil {
 		return nil, nil, err
 	}
 	undo = append(undo, func() { s.TxCQ.Close() })
-	if s.RxCQ, err = cq.Open(cq.Attr{Size: cqSize, Format: cq.FormatMsg, WaitObj: rxWait}); err != nil {
+	if s.RxCQ, err = cq.Open(cq.Attr{Size: cqSize, Format: cq.FormatMsg, WaitObj: rxWait, SingleProducer: single, SingleConsumer: single}); err != nil {
 		return nil, nil, err
 	}
 	undo = append(undo, func() { s.RxCQ.Close() })

@@ -201,7 +201,7 @@ func localSide(role string) (localChildResult, error) {
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
 	iface := os.Getenv("XDPFAB_IFACE")
 	st, closeAll, err := agentStack(os.Getenv("XDPFAB_SOCKET"), ctl.EPOpenArgs{Iface: iface, Local: local.String(), AV: "pp", Caps: fi.Msg | fi.Source},
-		ep.Attr{Ifname: iface, Local: local, Caps: fi.Msg | fi.Source}, 1024, cq.WaitNone)
+		ep.Attr{Ifname: iface, Local: local, Caps: fi.Msg | fi.Source, Threading: fi.ThreadDomain}, 1024, cq.WaitNone)
 	if err != nil {
 		return localChildResult{}, err
 	}

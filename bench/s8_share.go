@@ -385,13 +385,16 @@ func shareApp() (shareResult, error) {
 	peerIdx, _ := strconv.Atoi(os.Getenv("XDPFAB_PEER"))
 	dur, _ := time.ParseDuration(os.Getenv("XDPFAB_DURATION"))
 	block := os.Getenv("XDPFAB_BLOCK") != ""
-	progress, wait := ep.ProgressManual, cq.WaitNone
+	// A polling application makes every call from this goroutine
+	// (FI_THREAD_DOMAIN: no locks); a blocking one has the endpoint's
+	// progress goroutine beside it.
+	progress, wait, threading := ep.ProgressManual, cq.WaitNone, fi.ThreadDomain
 	if block {
-		progress, wait = ep.ProgressAuto, cq.WaitMutexCond
+		progress, wait, threading = ep.ProgressAuto, cq.WaitMutexCond, fi.ThreadSafe
 	}
 	st, closeAll, err := agentStack(os.Getenv("XDPFAB_SOCKET"),
 		ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "share", Caps: fi.Msg, RingSize: 64},
-		ep.Attr{Ifname: testbed.LinkName, Local: local, Caps: fi.Msg, OpFlags: fi.InjectComplete, Progress: progress}, 256, wait)
+		ep.Attr{Ifname: testbed.LinkName, Local: local, Caps: fi.Msg, OpFlags: fi.InjectComplete, Progress: progress, Threading: threading}, 256, wait)
 	if err != nil {
 		return shareResult{}, err
 	}
