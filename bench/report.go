@@ -40,6 +40,17 @@ func (d *doc) med(key string) float64 {
 	return math.NaN()
 }
 
+// pairRatio is x's stat over the floor's: the median [range] of the
+// paired repetitions' ratios (x+"/floor-pair/"+stat), else the ratio of
+// the medians (a run before pairing).
+func (d *doc) pairRatio(x, stat, floor string) string {
+	m := d.r.get(x + "/floor-pair/" + stat)
+	if m == nil {
+		return d.ratio(x+"/"+stat, floor+"/"+stat)
+	}
+	return fmt.Sprintf("%.2f× [%.2f–%.2f]", m.Median, m.Min, m.Max)
+}
+
 // ratio formats a/b medians as "2.31×".
 func (d *doc) ratio(a, b string) string {
 	x, y := d.med(a), d.med(b)
@@ -431,7 +442,8 @@ func reportPP(d *doc) {
 		"libxdp-dev), server and client pinned like fi_pingpong's (`ip netns exec`, `taskset`), on the same beds in the " +
 		"same XDP modes, its sockets bound like xdpfab's (copy mode, need_wakeup, one queue) but without multi-buffer. " +
 		"Its XDP program is not multi-buffer either, so native XDP on veth refuses it MTU 9000 (ERANGE): it runs " +
-		"natively on a second bed whose veth MTU is 3500, in generic mode on the MTU-9000 bed. Its XDP program only " +
+		"natively on a second bed whose veth MTU is 3500, in generic mode on a second MTU-9000 bed (beds of its own, so " +
+		"that each of its repetitions runs right after one of xdpfab's). Its XDP program only " +
 		"redirects UDP to its port into the socket of the rx queue (no AV lookup, no checksum check, no metadata); its " +
 		"client copies the payload into a UMEM frame and spins on the RX ring, its server echoes each frame in place, " +
 		"swapping the addresses. It carries the same payload sizes without xdpfab's 32-byte header.")
@@ -493,7 +505,9 @@ func reportPP(d *doc) {
 	}
 	d.p("**xdpfab against the floor and against `fi_pingpong -p udp -e dgram`.** Here a ratio is xdpfab's latency ÷ " +
 		"the other's (below 1: xdpfab is faster), per XDP mode against the floor in the same mode; " +
-		"fi_pingpong runs on the MTU-9000 bed.")
+		"fi_pingpong runs on the MTU-9000 bed. Against the floor, each of xdpfab's repetitions is followed at once by " +
+		"one of the floor's at the same size (on a bed of its own): the ratio is the median of those pairs' ratios, " +
+		"[lowest–highest], not a ratio of medians taken minutes apart.")
 	d.p("")
 	var trows [][]string
 	for _, size := range ppSizes {
@@ -501,7 +515,7 @@ func reportPP(d *doc) {
 			x, f := sizeKey("xdpfab"+m.tag, size), sizeKey("xskfloor"+m.tag, size)
 			u := sizeKey("fi-udp", size)
 			trows = append(trows, []string{fmt.Sprint(size), m.name,
-				d.ratio(x+"/mean", f+"/mean"), d.ratio(x+"/p50", f+"/p50"),
+				d.pairRatio(x, "mean", f), d.pairRatio(x, "p50", f),
 				d.ratio(x+"/mean", u+"/mean"), d.ratio(x+"/p50", u+"/mean"),
 				d.ratioVals(d.med(x+"/p99"), d.med(x+"/p50")), d.ratioVals(d.med(f+"/p99"), d.med(f+"/p50"))})
 		}

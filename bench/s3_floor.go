@@ -185,31 +185,70 @@ func floorPingPong(cfg *config, bd *testbed.Bed, sa, sb *floorSide, size, iters,
 	return summarizePP(halves, time.Duration(fo.ElapsedNS)), nil
 }
 
-// runFloor measures the floor on bd in mode at every size xdpfab ran at
-// (sizes: the payload bytes, as for xdpfab).
-func runFloor(cfg *config, bd *testbed.Bed, mode loader.Mode, key string, sizes []int, iters, warm int,
-	add func(string, string, int, []ppResult)) error {
-	sa, err := newFloorSide(bd.A, mode)
-	if err != nil {
-		return err
+// floorRun is the floor on its bed in one mode: its repetitions run paired
+// with xdpfab's (one), and finish adds what they measured, per size, and
+// measures on their own the sizes no pair ran.
+type floorRun struct {
+	cfg         *config
+	bd          *testbed.Bed
+	mode        loader.Mode
+	key         string
+	mtu         int
+	iters, warm int
+	sa, sb      *floorSide
+	res         map[int][]ppResult // by the floor's size
+	sizes       []int              // in the order first measured
+}
+
+func newFloorRun(cfg *config, bd *testbed.Bed, mode loader.Mode, key string, mtu, iters, warm int) (_ *floorRun, err error) {
+	f := &floorRun{cfg: cfg, bd: bd, mode: mode, key: key, mtu: mtu, iters: iters, warm: warm, res: map[int][]ppResult{}}
+	if f.sa, err = newFloorSide(bd.A, mode); err != nil {
+		return nil, err
 	}
-	defer sa.Close()
-	sb, err := newFloorSide(bd.B, mode)
-	if err != nil {
-		return err
+	if f.sb, err = newFloorSide(bd.B, mode); err != nil {
+		f.sa.Close()
+		return nil, err
 	}
-	defer sb.Close()
-	title := fmt.Sprintf("C AF_XDP floor (libxdp), %s XDP", mode)
-	for _, size := range sizes {
-		var res []ppResult
-		for range cfg.reps {
-			x, err := floorPingPong(cfg, bd, sa, sb, size, iters, warm)
-			if err != nil {
-				return fmt.Errorf("%d B: %w", size, err)
-			}
-			res = append(res, x)
+	return f, nil
+}
+
+func (f *floorRun) Close() {
+	f.sa.Close()
+	f.sb.Close()
+}
+
+// one runs one repetition at xdpfab's size (the floor's largest message
+// when that does not fit one of its frames).
+func (f *floorRun) one(size int) (ppResult, error) {
+	size = min(size, floorMaxMsg(f.mtu))
+	x, err := floorPingPong(f.cfg, f.bd, f.sa, f.sb, size, f.iters, f.warm)
+	if err != nil {
+		return ppResult{}, fmt.Errorf("%d B: %w", size, err)
+	}
+	if _, ok := f.res[size]; !ok {
+		f.sizes = append(f.sizes, size)
+	}
+	f.res[size] = append(f.res[size], x)
+	return x, nil
+}
+
+// finish runs the sizes no pair ran (xdpfab not selected) and adds every
+// size's repetitions.
+func (f *floorRun) finish(r *results, add func(string, string, int, []ppResult)) error {
+	for _, s := range ppSizes {
+		if m := floorMaxMsg(f.mtu); s > m {
+			r.note("pp", "%s: %d B does not fit one UMEM frame (no multi-buffer) at MTU %d; measured at %d B instead", f.key, s, f.mtu, m)
+			s = m
 		}
-		add(key, title, size, res)
+		for len(f.res[s]) < f.cfg.reps {
+			if _, err := f.one(s); err != nil {
+				return err
+			}
+		}
+	}
+	title := fmt.Sprintf("C AF_XDP floor (libxdp), %s XDP", f.mode)
+	for _, s := range f.sizes {
+		add(f.key, title, s, f.res[s])
 	}
 	return nil
 }

@@ -94,18 +94,40 @@ func runPingPong(r *results, cfg *config) error {
 		return err
 	}
 	defer dp.Close()
+	// The floor runs on beds of its own (its program is not xdpfab's, and
+	// a queue belongs to one UMEM), so that each of its repetitions can
+	// run right after xdpfab's at the same size: the ratio of each pair
+	// is taken minutes apart from nothing (the machine's speed drifts by
+	// more than the differences measured here).
 	bdNative, downNative, err := testbed.Up(testbed.Options{StaticNeighbors: true, MTU: 3500})
 	if err != nil {
 		return err
 	}
 	defer downNative()
+	bdGeneric, downGeneric, err := testbed.Up(testbed.Options{StaticNeighbors: true, MTU: 9000})
+	if err != nil {
+		return err
+	}
+	defer downGeneric()
 	for _, v := range []struct {
 		bd      *testbed.Bed
 		mode    loader.Mode
 		tag     string
 		floorBd *testbed.Bed
 		floorMT int
-	}{{bd, loader.Native, "", bdNative, 3500}, {bd, loader.Generic, "-generic", bd, 9000}} {
+	}{{bd, loader.Native, "", bdNative, 3500}, {bd, loader.Generic, "-generic", bdGeneric, 9000}} {
+		var fl *floorRun
+		if key := "xskfloor" + v.tag; cfg.want(key) {
+			if cfg.xskfloor == "" {
+				r.note("pp", "%s: not run: no -xskfloor (bench/run.sh builds bench/xskfloor/xskfloor.c)", key)
+			} else {
+				var err error
+				if fl, err = newFloorRun(cfg, v.floorBd, v.mode, key, v.floorMT, iters, warm); err != nil {
+					return fmt.Errorf("%s: %w", key, err)
+				}
+				defer fl.Close()
+			}
+		}
 		var atts []*loader.Attachment
 		for _, h := range []*testbed.Host{v.bd.A, v.bd.B} {
 			var att *loader.Attachment
@@ -121,32 +143,22 @@ func runPingPong(r *results, cfg *config) error {
 			if !cfg.want(bp.key) {
 				continue
 			}
-			if err := xdpfabPingPong(r, cfg, dp, v.bd, bp.key, v.mode, bp.poll, iters, warm, add); err != nil {
+			pair := fl
+			if bp.poll > 0 {
+				pair = nil // the floor pairs with xdpfab without busy polling
+			}
+			if err := xdpfabPingPong(r, cfg, dp, v.bd, bp.key, v.mode, bp.poll, iters, warm, add, pair); err != nil {
 				return fmt.Errorf("%s: %w", bp.key, err)
 			}
 		}
 		for _, att := range atts {
 			att.Close()
 		}
-		// The floor, in the same mode, at the sizes xdpfab ran at, or
-		// its largest message.
-		if key := "xskfloor" + v.tag; cfg.want(key) {
-			if cfg.xskfloor == "" {
-				r.note("pp", "%s: not run: no -xskfloor (bench/run.sh builds bench/xskfloor/xskfloor.c)", key)
-			} else {
-				var sizes []int
-				for _, s := range ppSizes {
-					if m := floorMaxMsg(v.floorMT); s > m {
-						r.note("pp", "%s: %d B does not fit one UMEM frame (no multi-buffer) at MTU %d; measured at %d B instead", key, s, v.floorMT, m)
-						s = m
-					}
-					if !slices.Contains(sizes, s) {
-						sizes = append(sizes, s)
-					}
-				}
-				if err := runFloor(cfg, v.floorBd, v.mode, key, sizes, iters, warm, add); err != nil {
-					return fmt.Errorf("%s: %w", key, err)
-				}
+		// The floor at the sizes xdpfab ran at (or its largest message):
+		// what the pairs measured, else on its own now.
+		if fl != nil {
+			if err := fl.finish(r, add); err != nil {
+				return fmt.Errorf("xskfloor%s: %w", v.tag, err)
 			}
 		}
 	}
@@ -194,7 +206,7 @@ func runPingPong(r *results, cfg *config) error {
 }
 
 func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed, key string, mode loader.Mode, poll time.Duration, iters, warm int,
-	add func(string, string, int, []ppResult)) error {
+	add func(string, string, int, []ppResult), pair *floorRun) error {
 	la, lb := netip.AddrPortFrom(bd.A.IPv4, rxPort), netip.AddrPortFrom(bd.B.IPv4, rxPort)
 	// Each side's endpoint and CQs are used by one goroutine, as
 	// xdpfab pingpong's: no locks (FI_THREAD_DOMAIN, single-producer and
@@ -227,14 +239,28 @@ func xdpfabPingPong(r *results, cfg *config, dp *loader.Objects, bd *testbed.Bed
 			size = max
 		}
 		var res []ppResult
+		var mean, p50 []float64 // each repetition over its floor pair's
 		for range cfg.reps {
 			x, err := xdpfabPP(cfg, cli, srv, size, iters, warm)
 			if err != nil {
 				return fmt.Errorf("%d B: %w", size, err)
 			}
 			res = append(res, x)
+			if pair != nil {
+				f, err := pair.one(size)
+				if err != nil {
+					return fmt.Errorf("floor pair of %d B: %w", size, err)
+				}
+				mean, p50 = append(mean, x.mean/f.mean), append(p50, x.p50/f.p50)
+			}
 		}
 		add(key, title, size, res)
+		if pair != nil {
+			lbl := map[string]string{"impl": title, "size": fmt.Sprint(size)}
+			r.add("pp", fmt.Sprintf("pp/%s/%d/floor-pair/mean", key, size), "x", mean, lbl)
+			r.add("pp", fmt.Sprintf("pp/%s/%d/floor-pair/p50", key, size), "x", p50, lbl)
+			fmt.Printf("  %-16s %5d B: over the floor, paired: mean %.2fx p50 %.2fx\n", key, size, median(mean), median(p50))
+		}
 	}
 	return runBreakdown(r, cfg, cli, srv, key, mode, poll, iters, warm)
 }
