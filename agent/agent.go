@@ -82,9 +82,12 @@ type Agent struct {
 	adminGID int                // -1: no admin group
 	nconns   int                // open connections, guarded by mu
 	usage    map[uint32]*usage  // per uid, guarded by mu
-	local    localState         // same-host channels (localops.go)
-	fails    failLimiter        // failure lines per uid (logsafe.go)
-	neighs   neighState         // neighbour entries made for callers (neighops.go)
+	// inherited: endpoints an earlier run prepared, charged to their
+	// owners (inherit.go), by endpoint id; guarded by mu.
+	inherited map[uint32]inheritedEP
+	local     localState  // same-host channels (localops.go)
+	fails     failLimiter // failure lines per uid (logsafe.go)
+	neighs    neighState  // neighbour entries made for callers (neighops.go)
 
 	qmu sync.Mutex // serialises endpoint opens' queue arbitration
 	avl avLocks    // per AV name and per owner uid: AV changes (avops.go)
@@ -189,6 +192,11 @@ func New(cfg Config) (_ *Agent, err error) {
 	}
 	if err := a.recover(); err != nil {
 		return nil, err
+	}
+	if before.mapsExisted {
+		if err := a.inherit(); err != nil { // inherit.go
+			return nil, fmt.Errorf("agent: %w", err)
+		}
 	}
 	for _, ifname := range cfg.Ifaces {
 		att, err := a.dp.Attach(ifname, cfg.Mode)
@@ -453,6 +461,7 @@ func (a *Agent) gc() {
 	for _, r := range gone {
 		a.audit(self(), "ep.close", nil, &auditRec{attrs: []any{"id", r.ID, "local", r.Local, "owner_pid", r.OwnerPID, "reason", "owner process gone"}})
 	}
+	a.dropInherited() // inherit.go
 	if freed, err := a.dp.ReclaimPools(alive); err != nil {
 		a.log.Warn("reclaim AV capacity", "err", err)
 	} else if freed > 0 {

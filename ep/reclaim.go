@@ -55,3 +55,37 @@ func ReclaimDead(objs *loader.Objects, alive func(pid uint32, start uint64) bool
 	}
 	return out, nil
 }
+
+// Entry is an endpoint-table entry (Entries).
+type Entry struct {
+	ID         uint32
+	Local      string
+	OwnerPID   uint32
+	OwnerStart uint64
+	// Slots is how many XSKMAP slots the endpoint holds (receive
+	// contexts x queues).
+	Slots int
+}
+
+// Entries lists objs' endpoint table: every endpoint of every process on
+// the node, whoever opened it (the agent lists those an earlier run of it
+// prepared, to charge them to their owners: see agent's inherit).
+func Entries(objs *loader.Objects) ([]Entry, error) {
+	if objs == nil || objs.EP == nil {
+		return nil, fmt.Errorf("ep entries: no endpoint table: %w", fi.EINVAL)
+	}
+	unlock := objs.Lock()
+	defer unlock()
+	var out []Entry
+	var k bpf.EPKey
+	var v bpf.EPVal
+	it := objs.EP.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, Entry{ID: v.EpId, Local: k.Local.AddrPort().String(), OwnerPID: v.OwnerPid, OwnerStart: v.OwnerStart,
+			Slots: int(v.RxCtxs) * int(v.Queues)})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("ep entries: read the endpoint table: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"github.com/xdpfab/xdpfab/ep"
+	"github.com/xdpfab/xdpfab/internal/procid"
+)
+
+// inheritedEP is an endpoint an earlier run of the agent prepared, found in
+// the pinned endpoint table at start with its owner still running: the
+// owner's uid is charged its XSKMAP slots and one endpoint until the entry
+// leaves the table (gc reclaims it once the owner is gone). Without that a
+// restart handed every uid its whole quota again beside what it still
+// held. Frame memory is not charged: the table does not record it.
+type inheritedEP struct {
+	uid   uint32
+	owner procid.ID
+	slots int
+}
+
+// inherit charges the endpoints an earlier agent left to their owners'
+// uids (the effective uid of the owning process now, /proc): at start,
+// before the control socket serves anyone. Entries whose owner is gone
+// are left to gc; one whose owner's uid cannot be read is not charged.
+func (a *Agent) inherit() error {
+	entries, err := ep.Entries(a.dp)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range entries {
+		owner := procid.ID{PID: e.OwnerPID, Start: e.OwnerStart}
+		if e.OwnerPID == 0 || !owner.Alive() {
+			continue
+		}
+		uid, err := owner.UID()
+		if err != nil {
+			continue
+		}
+		if a.inherited == nil {
+			a.inherited = map[uint32]inheritedEP{}
+		}
+		a.inherited[e.ID] = inheritedEP{uid: uid, owner: owner, slots: e.Slots}
+		u := a.usageOf(uid)
+		u.endpoints++
+		u.slots += e.Slots
+		a.log.Info("charged an endpoint an earlier agent prepared to its owner", "id", e.ID, "local", e.Local,
+			"owner_pid", e.OwnerPID, "uid", uid, "xsk_slots", e.Slots)
+	}
+	return nil
+}
+
+// dropInherited gives back the charge of inherited endpoints that left the
+// table (or whose id now names another owner's endpoint): gc's.
+func (a *Agent) dropInherited() {
+	a.mu.Lock()
+	n := len(a.inherited)
+	a.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	entries, err := ep.Entries(a.dp)
+	if err != nil {
+		a.log.Warn("read the endpoint table", "err", err)
+		return
+	}
+	now := make(map[uint32]procid.ID, len(entries))
+	for _, e := range entries {
+		now[e.ID] = procid.ID{PID: e.OwnerPID, Start: e.OwnerStart}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, h := range a.inherited {
+		if owner, ok := now[id]; ok && owner == h.owner {
+			continue
+		}
+		u := a.usageOf(h.uid)
+		u.endpoints--
+		u.slots -= h.slots
+		a.forgetIdle(h.uid)
+		delete(a.inherited, id)
+	}
+}
