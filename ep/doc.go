@@ -53,6 +53,13 @@
 // the sockets, the low-latency mode. Attr.Progress = ProgressAuto runs a
 // goroutine instead.
 //
+// An endpoint is safe for concurrent use by default (fi.ThreadSafe). An
+// application that makes every call on its endpoints, and their CQs, from
+// one goroutine at a time says so with Attr.Threading = fi.ThreadDomain
+// and manual progress, and the data path then takes no locks (give its
+// CQs cq.Attr.SingleProducer and SingleConsumer too); Endpoint.Threading
+// reports the model an endpoint provides.
+//
 // Open an endpoint from a goroutine whose thread is in the interface's
 // network namespace; afterwards it may be used from anywhere.
 //

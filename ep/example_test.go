@@ -61,3 +61,32 @@ func Example() {
 		}
 	}
 }
+
+// An endpoint that one goroutine drives alone: FI_THREAD_DOMAIN with
+// manual progress, and CQs with one producer and one consumer, take no
+// locks on the data path.
+func ExampleAttr_threading() {
+	dp, err := loader.Load(loader.Config{PinRoot: "/sys/fs/bpf/xdpfab"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dp.Close()
+	peers, _ := av.Open(dp, &av.Attr{})
+	defer peers.Close()
+	one := cq.Attr{Format: cq.FormatMsg, SingleProducer: true, SingleConsumer: true}
+	tx, _ := cq.Open(one)
+	rx, _ := cq.Open(one)
+	defer tx.Close()
+	defer rx.Close()
+	e, err := ep.Open(dp, ep.Attr{
+		Ifname: "eth1", Local: netip.MustParseAddrPort("198.18.0.1:7000"),
+		AV: peers, TxCQ: tx, RxCQ: rx, Threading: fi.ThreadDomain,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close()
+	fmt.Println(e.Threading()) // FI_THREAD_DOMAIN; FI_THREAD_SAFE beside thread-safe endpoints of this process on eth1
+}

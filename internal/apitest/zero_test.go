@@ -101,6 +101,7 @@ var subjects = []subject{
 	{zero: fi.AddrFormat(0)},
 	{zero: fi.Errno(0)},
 	{zero: fi.Flags(0)},
+	{zero: fi.Threading(0)},
 
 	{nilPtr: (*wire.Frame)(nil), zero: &wire.Frame{}, zeroWorks: true},
 
@@ -233,6 +234,7 @@ func funcs() map[string]any {
 		"ep.Prepare":     ep.Prepare,
 		"ep.Adopt":       ep.Adopt,
 		"ep.ReclaimDead": ep.ReclaimDead,
+		"ep.Entries":     ep.Entries,
 		"ep.TraceNow":    ep.TraceNow,
 
 		"ep.NewLocalChannel": ep.NewLocalChannel,
