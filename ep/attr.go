@@ -73,16 +73,22 @@ type Attr struct {
 	Progress ProgressMode
 	// Threading is the threading model the application keeps (default
 	// fi.ThreadSafe). With fi.ThreadDomain and manual progress the
-	// application promises to serialize every call on the endpoint, on
-	// the other endpoints of this process on its interface (the same
-	// network namespace and FirstQueue: they share one device), on their
-	// CQs' reads, and their opens and closes; the endpoint then takes no
-	// lock on its data path. Every endpoint on such a device must promise
-	// it (an endpoint that does not is refused with EINVAL), and an
-	// endpoint opened with it on a device others opened without it is
-	// thread safe. Every other model is served thread safe (a stricter
-	// model than asked for). Endpoint.Threading reports the one provided.
+	// application promises to serialize every call on the endpoints of
+	// one domain (fi_domain(3)'s scope): this endpoint, and with a
+	// SerialGroup every endpoint opened with the same one, their CQs'
+	// reads, and their opens and closes. The endpoint then takes no lock
+	// on its data path. Endpoints of this process on one interface (the
+	// same network namespace and FirstQueue) share a device, so one that
+	// runs without locks takes the device for its domain: another
+	// endpoint on it must be of the same SerialGroup, else it is refused
+	// (EBUSY); an endpoint asking for fi.ThreadDomain on a device other
+	// endpoints opened thread safe joins them, thread safe. Every other
+	// model is served thread safe (a stricter model than asked for).
+	// Endpoint.Threading reports the one provided.
 	Threading fi.Threading
+	// SerialGroup names the domain of a fi.ThreadDomain endpoint (nil:
+	// the endpoint alone); EINVAL with another model.
+	SerialGroup *SerialGroup
 	// Frames in the UMEM (default 4096) and ring sizes (default 1024).
 	Frames, RingSize int
 	// MaxPosted bounds posted receives per context (default 1024).
@@ -187,6 +193,8 @@ func (a *Attr) validateKernel() error {
 		return fmt.Errorf("ep open: progress mode %d: %w", a.Progress, fi.EINVAL)
 	case a.Threading < fi.ThreadUnspec || a.Threading > fi.ThreadEndpoint:
 		return fmt.Errorf("ep open: threading model %v: %w", a.Threading, fi.EINVAL)
+	case a.SerialGroup != nil && a.Threading != fi.ThreadDomain:
+		return fmt.Errorf("ep open: a serial group with threading model %v, not %v: %w", a.Threading, fi.ThreadDomain, fi.EINVAL)
 	}
 	if a.Local.Addr().Zone() != "" {
 		return fmt.Errorf("ep open: zoned local address %v: %w", a.Local, fi.EINVAL)
@@ -196,6 +204,14 @@ func (a *Attr) validateKernel() error {
 	}
 	return nil
 }
+
+// A SerialGroup is a domain of fi.ThreadDomain endpoints
+// (Attr.SerialGroup): the application serializes every call on all of
+// them, so they may share a device that takes no locks.
+type SerialGroup struct{ _ byte } // not zero-sized: each is a distinct pointer
+
+// NewSerialGroup returns a new domain for fi.ThreadDomain endpoints.
+func NewSerialGroup() *SerialGroup { return &SerialGroup{} }
 
 // serialized reports whether the application serializes every call on
 // the endpoint and nothing of the endpoint's own runs beside it: its

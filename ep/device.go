@@ -30,8 +30,10 @@ type device struct {
 	shared  bool // in devices: other endpoints of the process join it
 	// unlocked: the device's endpoints were opened with fi.ThreadDomain
 	// and manual progress, so the application serializes every call on
-	// them and the device leaves its locks out (setUnlocked).
+	// them and the device leaves its locks out (setUnlocked); serial is
+	// their domain (nil: the first endpoint alone).
 	unlocked bool
+	serial   *SerialGroup
 
 	// A sharing domain's device in the agent (Domain): the domain owns
 	// it; endpoints leave it as they found it.
@@ -54,6 +56,10 @@ type device struct {
 	parked     atomic.Int64
 	parkBudget int
 	rxCtxs     atomic.Int32
+	// fillShare is how many frames each queue's fill ring was given
+	// (prime): its receive contexts keep at most an eighth of it back
+	// (rxCtx.holdLimit).
+	fillShare int
 }
 
 // deviceMaker makes or finds the device of an endpoint listening on
@@ -96,10 +102,11 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 			return nil, fmt.Errorf("interface has queues %d..%d open, endpoint wants %d..%d: %w",
 				d.first, d.first+d.queues-1, a.FirstQueue, a.FirstQueue+queues-1, fi.EINVAL)
 		}
-		// Its other endpoints run without locks: so must this one.
-		if d.unlocked && !a.serialized() {
-			return nil, fmt.Errorf("the interface's endpoints in this process were opened with %v and manual progress, so this one must be too (it is %v, progress %d): %w",
-				fi.ThreadDomain, a.Threading, a.Progress, fi.EINVAL)
+		// Its endpoints run without locks, for the calls of their
+		// domain only.
+		if d.unlocked && (!a.serialized() || a.SerialGroup == nil || a.SerialGroup != d.serial) {
+			return nil, fmt.Errorf("the interface's endpoints in this process run without locks (%v) for another domain: this one would need their serial group (it is %v, progress %d): %w",
+				fi.ThreadDomain, a.Threading, a.Progress, fi.EBUSY)
 		}
 		// The endpoint's sockets share the device's UMEM, so they are
 		// bound the way its first socket was.
@@ -115,7 +122,7 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 	}
 	d.prime(a.Frames)
 	if a.serialized() {
-		d.setUnlocked()
+		d.setUnlocked(a.SerialGroup)
 	}
 	d.refs, d.shared = 1, true
 	devices.m[key] = d
@@ -175,7 +182,8 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 // prime gives each queue's fill ring half the frames, split evenly; the
 // other half is for transmitting.
 func (d *device) prime(frames int) {
-	addrs := make([]uint64, frames/2/d.queues)
+	d.fillShare = frames / 2 / d.queues
+	addrs := make([]uint64, d.fillShare)
 	for _, s := range d.anchors {
 		n := d.umem.Alloc(addrs)
 		if got := s.Fill(addrs[:n]); got != n {
@@ -187,8 +195,8 @@ func (d *device) prime(frames int) {
 // setUnlocked makes the device leave its locks out: its endpoints'
 // application serializes every call (Attr.serialized). Call it before the
 // device's first endpoint is returned.
-func (d *device) setUnlocked() {
-	d.unlocked = true
+func (d *device) setUnlocked(g *SerialGroup) {
+	d.unlocked, d.serial = true, g
 	d.tx.mu.off = true
 	for i := range d.fillMu {
 		d.fillMu[i].off = true

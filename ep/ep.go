@@ -22,7 +22,9 @@ import (
 )
 
 // Endpoint is an open datagram endpoint. Its methods are safe for
-// concurrent use.
+// concurrent use, unless it was opened with fi.ThreadDomain and manual
+// progress (Attr.Threading; Threading reports it): then the application
+// serializes every call on the endpoints of its domain.
 type Endpoint struct {
 	dp        *loader.Objects
 	av        *av.AV
@@ -281,7 +283,6 @@ func (e *Endpoint) newRxCtx() *rxCtx {
 	c := &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
 		partial: make([][]dataplane.Desc, e.queues)}
 	c.mu.off = e.dev.unlocked
-	c.lazy = lazyFor(e)
 	return c
 }
 

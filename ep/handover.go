@@ -41,7 +41,7 @@ func Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error) {
 	if err := checkDataplane(dp); err != nil {
 		return nil, err
 	}
-	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress, attr.Threading = nil, nil, nil, ProgressManual, fi.ThreadSafe
+	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress, attr.Threading, attr.SerialGroup = nil, nil, nil, ProgressManual, fi.ThreadSafe, nil
 	if err := attr.validateKernel(); err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func Adopt(info HandoverInfo, fds []int, a AdoptAttr) (_ *Endpoint, err error) {
 		return nil, fmt.Errorf("ep adopt: %w", err)
 	}
 	if attr.serialized() {
-		e.dev.setUnlocked() // the endpoint's own device
+		e.dev.setUnlocked(attr.SerialGroup) // the endpoint's own device
 	}
 	e.umem = e.dev.umem
 	if !e.dev.multiBuffer() {
@@ -299,9 +299,11 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 	// fill rings already; this endpoint allocates only its own transmit
 	// frames.
 	if sh.Config.FrameSize != ucfg.FrameSize || sh.Config.NumFrames() != ucfg.NumFrames || sh.Config.Queues != info.Queues ||
-		sh.Config.FirstQueue != info.FirstQueue || sh.Slot < 0 || sh.Slot >= sh.Config.Slots || sh.ParkLimit < 0 ||
-		sh.Lazy < 0 || sh.Lazy > lazyRefill {
+		sh.Config.FirstQueue != info.FirstQueue || sh.Slot < 0 || sh.Slot >= sh.Config.Slots || sh.ParkLimit < 0 {
 		return nil, fmt.Errorf("sharing domain %+v slot %d does not match the UMEM %+v: %w", sh.Config, sh.Slot, ucfg, fi.EINVAL)
+	}
+	if sh.Lazy < 0 {
+		return nil, fmt.Errorf("sharing domain slot %d: %d frames to keep back for the refill: %w", sh.Slot, sh.Lazy, fi.EINVAL)
 	}
 	i := len(fds) - 2
 	if d.share, err = dataplane.AttachShareBlock(fds[i], sh.Config); err != nil {
@@ -309,7 +311,7 @@ func adoptDevice(info HandoverInfo, fds []int, owned []bool) (_ *device, err err
 	}
 	owned[i] = true
 	d.slot = sh.Slot
-	d.shareLazy = sh.Lazy
+	d.shareLazy = min(sh.Lazy, lazyRefill) // keeping fewer back than counted is safe
 	first, n := d.share.TxRange(d.slot)
 	if err := d.umem.SetFreeRange(first, n); err != nil {
 		return nil, err

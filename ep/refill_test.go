@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
@@ -33,10 +34,9 @@ func recvHeld(t *testing.T, r *rig, e *ep.Endpoint, rx *cq.CQ, to fi.Addr, n int
 }
 
 // Received frames go back to the fill ring in batches: a receive context
-// keeps at most 16 per queue back (fewer for a small UMEM, and for a
-// sharing domain's endpoint what the domain counted in its share: a
-// quarter of a small ring), so that an idle endpoint cannot keep a queue
-// short; the batching is real (it does keep some).
+// keeps at most 16 per queue back (a sharing domain's endpoint what the
+// domain counted in its share: a quarter of a small ring); the batching
+// is real (it does keep some).
 func TestRefillBatched(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	to := r.b.insert(t, r.a.local)
@@ -78,5 +78,38 @@ func TestRefillBatched(t *testing.T) {
 		if most := recvHeld(t, r, e, rx, r.b.insert(t, local), 60); most == 0 || most > c.want {
 			t.Errorf("domain endpoint with rings of %d kept up to %d frames back, want 1..%d", c.ring, most, c.want)
 		}
+	}
+}
+
+// The contexts of a device keep back at most an eighth of a queue's fill
+// share between them, however many there are: nine contexts on a UMEM of
+// 256 frames (128 for the fill ring) each keeping 15 emptied the ring
+// after 128 messages, and receiving stopped for good (helper-30's case).
+// A context that finds nothing for a while gives back what it kept.
+func TestRefillManyContexts(t *testing.T) {
+	r := newRig(t, rigOpts{avAttr: av.Attr{RxCtxBits: 4}, epAttr: func(a *ep.Attr) {
+		a.Frames, a.RxContexts, a.Queues = 256, 9, 1
+	}})
+	to := r.b.insert(t, r.a.local)
+	buf := make([]byte, 2048)
+	for i := range 270 {
+		if err := r.a.ep.Rx(i%9).Recv(buf, fi.AddrUnspec, nil); err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprint("m", i)
+		send(t, r.b, func() error { return r.b.ep.Inject([]byte(msg), fi.RxAddr(to, i%9, 4)) })
+		if ent, _, ee := read(t, r.a.rx); ee != nil || string(buf[:ent.Len]) != msg {
+			t.Fatalf("message %d: %q (error entry %+v)", i, buf[:ent.Len], ee)
+		}
+		if held := r.a.ep.HeldForRefill(); held > 128/8 {
+			t.Fatalf("after message %d a context keeps %d frames back", i, held)
+		}
+	}
+	var ent [1]cq.Entry
+	for range 200 {
+		r.a.rx.Read(ent[:])
+	}
+	if held := r.a.ep.HeldForRefill(); held != 0 {
+		t.Errorf("idle for 200 reads, a context still keeps %d frames back", held)
 	}
 }

@@ -33,8 +33,9 @@ type rxCtx struct {
 	stale  bool
 	posts  uint64     // receives posted (recvOp.seq)
 	refill [][]uint64 // per queue: frames to give back to its fill ring
-	lazy   int        // how many wait there before they go back (lazyFor)
-	descs  []dataplane.Desc
+	// idleCalls counts progress calls since one took a frame (idleFlush).
+	idleCalls int
+	descs     []dataplane.Desc
 	// A jumbo frame (AF_XDP multi-buffer) is a chain of descriptors:
 	// partial holds, per queue, those of a chain whose last descriptor
 	// is still on the ring; bufs are free gather buffers (frameRef.data).
@@ -305,11 +306,18 @@ func (c *rxCtx) progress() (blocked bool) {
 		return false // another goroutine is at it
 	}
 	defer c.mu.Unlock()
-	// Frames are handed back to the fill ring lazyRefill at a time, once
-	// that many wait (held back by the last calls), off this message's
-	// path; a batch larger than that goes back at once.
-	c.flushOver(max(c.lazy-1, 0))
-	defer c.flushOver(c.lazy)
+	// Received frames go back to the fill ring a batch at a time (up to
+	// holdLimit per queue), once that many wait, off this message's path;
+	// a larger batch goes back at once, and so does everything after a
+	// run of calls that found nothing (an idle context keeps none).
+	lim := c.holdLimit()
+	if c.idleCalls >= idleFlush {
+		c.flush()
+	} else {
+		c.flushOver(max(lim-1, 0))
+	}
+	c.idleCalls++
+	defer c.flushOver(lim)
 	if c.ep.closed.Load() {
 		return false
 	}
@@ -329,7 +337,10 @@ func (c *rxCtx) progress() (blocked bool) {
 		if got == 0 && !full && s.Wake() {
 			// The system call ran outside any CQ reservation, which
 			// would hold off the CQ's other producers.
-			_, full = c.take(q, s)
+			got, full = c.take(q, s)
+		}
+		if got > 0 {
+			c.idleCalls = 0
 		}
 		if full {
 			return true
@@ -753,26 +764,33 @@ func (c *rxCtx) release(f frameRef) {
 	}
 }
 
-// lazyRefill is how many received frames per queue a context keeps from
-// its fill ring before it gives them back, in one ring update: the refill
-// (the ring's producer index and entries, lines the kernel's receive path
-// reads, and for a sharing domain its fill lock) then costs a sixteenth
-// per message, and comes at the start of a later progress call, not
-// between a message's completion and the CQ read that returns it. A
-// context holds at most this many back (its endpoint's UMEM permitting:
-// rxCtx.lazy), so idle contexts cannot starve a queue; a sharing domain
-// counts them in each endpoint's share of its pool (quotaOf).
+// lazyRefill bounds how many received frames per queue a receive context
+// keeps back from its fill ring before it gives them back in one ring
+// update: the refill (the ring's producer index and entries, lines the
+// kernel's receive path reads, and for a sharing domain its fill lock)
+// then costs a fraction of one per message, and comes at the start of a
+// later progress call, not between a message's completion and the CQ read
+// that returns it. What a context may keep is holdLimit.
 const lazyRefill = 16
 
-// lazyFor is how many frames per queue a receive context of e keeps back:
-// for a sharing domain's endpoint what the agent counted in its share
-// (ShareInfo.Lazy), else lazyRefill, or for a small UMEM at most an eighth
-// of what each queue's fill ring was given.
-func lazyFor(e *Endpoint) int {
-	if e.dev.share != nil {
-		return e.dev.shareLazy
+// idleFlush is how many progress calls in a row that took nothing make a
+// context give back every frame it keeps: an idle context holds none.
+const idleFlush = 64
+
+// holdLimit is how many frames per queue the context may keep back now.
+// A sharing domain's endpoint keeps what the agent counted in its share
+// of the pool (ShareInfo.Lazy). Otherwise the contexts of the device
+// (every endpoint of the process on the interface) keep at most an eighth
+// of what each queue's fill ring was given, between them: so many
+// contexts, or a small UMEM, cannot take a queue's frames away (each
+// context's bound follows the device's count of contexts at its last
+// call).
+func (c *rxCtx) holdLimit() int {
+	d := c.ep.dev
+	if d.share != nil {
+		return d.shareLazy
 	}
-	return max(1, min(lazyRefill, e.attr.Frames/(16*max(e.queues, 1))))
+	return min(lazyRefill, d.fillShare/8/max(int(d.rxCtxs.Load()), 1))
 }
 
 func (c *rxCtx) flush() { c.flushOver(0) }

@@ -52,15 +52,18 @@ func TestThreadDomainPingPong(t *testing.T) {
 	}
 }
 
-// The threading model: a model libfabric does not define is EINVAL and
-// leaves nothing behind; any model but ThreadDomain with manual progress
-// is served thread safe; the endpoints of one device (this process, one
-// interface) either all run without locks or none does: an endpoint that
-// does not promise serialized calls is refused on a device that runs
-// without them, and one that does is served thread safe on a device that
-// has them.
+// The threading model: a model libfabric does not define, or a serial
+// group with a model other than FI_THREAD_DOMAIN, is EINVAL and leaves
+// nothing behind; any model but FI_THREAD_DOMAIN with manual progress is
+// served thread safe. A device (this process, one interface) that runs
+// without locks serves one domain: an endpoint of another (thread safe, a
+// progress goroutine of its own, no serial group or another one) is
+// refused (EBUSY), one of the same serial group joins; and an endpoint
+// asking for FI_THREAD_DOMAIN on a device that has locks is served thread
+// safe.
 func TestThreadingModels(t *testing.T) {
-	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Threading = fi.ThreadDomain }})
+	g := ep.NewSerialGroup()
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Threading, a.SerialGroup = fi.ThreadDomain, g }})
 	h := r.bed.A
 	base := func(p uint16, th fi.Threading, pm ep.ProgressMode) ep.Attr {
 		tx, err := cq.Open(cq.Attr{Size: 64})
@@ -83,27 +86,30 @@ func TestThreadingModels(t *testing.T) {
 		}
 		return e, err
 	}
-	for _, th := range []fi.Threading{-1, fi.ThreadEndpoint + 1, 1000} {
-		if e, err := tryOpen(base(port+1, th, ep.ProgressManual)); !errors.Is(err, fi.EINVAL) {
-			t.Errorf("threading %v: %v, want EINVAL", th, err)
+	withGroup := func(a ep.Attr, g *ep.SerialGroup) ep.Attr { a.SerialGroup = g; return a }
+	for _, a := range []ep.Attr{base(port+1, -1, ep.ProgressManual), base(port+1, fi.ThreadEndpoint+1, ep.ProgressManual),
+		base(port+1, 1000, ep.ProgressManual), withGroup(base(port+1, fi.ThreadSafe, ep.ProgressManual), g),
+		withGroup(base(port+1, fi.ThreadEndpoint, ep.ProgressManual), g)} {
+		if e, err := tryOpen(a); !errors.Is(err, fi.EINVAL) {
+			t.Errorf("threading %v, serial group %v: %v, want EINVAL", a.Threading, a.SerialGroup != nil, err)
 			if e != nil {
 				e.Close()
 			}
 		}
 	}
-	// A's device runs without locks (the rig's endpoint): a thread-safe
-	// endpoint, or one with a progress goroutine of its own, cannot join.
+	// A's device runs without locks for g's endpoints (the rig's): no
+	// other endpoint joins it.
 	for _, a := range []ep.Attr{base(port+1, fi.ThreadSafe, ep.ProgressManual), base(port+1, fi.ThreadUnspec, ep.ProgressManual),
-		base(port+1, fi.ThreadEndpoint, ep.ProgressManual), base(port+1, fi.ThreadDomain, ep.ProgressAuto)} {
-		if _, err := tryOpen(a); !errors.Is(err, fi.EINVAL) {
-			t.Errorf("%v, progress %d beside an endpoint without locks: %v, want EINVAL", a.Threading, a.Progress, err)
+		base(port+1, fi.ThreadEndpoint, ep.ProgressManual), withGroup(base(port+1, fi.ThreadDomain, ep.ProgressAuto), g),
+		base(port+1, fi.ThreadDomain, ep.ProgressManual), withGroup(base(port+1, fi.ThreadDomain, ep.ProgressManual), ep.NewSerialGroup())} {
+		if _, err := tryOpen(a); !errors.Is(err, fi.EBUSY) {
+			t.Errorf("%v, progress %d, serial group %v beside an endpoint without locks: %v, want EBUSY", a.Threading, a.Progress, a.SerialGroup, err)
 		}
 	}
-	// The refusals took nothing: the port opens, for a second endpoint
-	// that promises the same.
-	e, err := tryOpen(base(port+1, fi.ThreadDomain, ep.ProgressManual))
+	// The refusals took nothing: the port opens, for an endpoint of g.
+	e, err := tryOpen(withGroup(base(port+1, fi.ThreadDomain, ep.ProgressManual), g))
 	if err != nil {
-		t.Fatalf("second endpoint with FI_THREAD_DOMAIN: %v", err)
+		t.Fatalf("second endpoint of the serial group: %v", err)
 	}
 	if got := e.Threading(); got != fi.ThreadDomain {
 		t.Errorf("second endpoint: Threading() = %v", got)
