@@ -57,9 +57,10 @@ type device struct {
 	parkBudget int
 	rxCtxs     atomic.Int32
 	// fillShare is how many frames each queue's fill ring was given
-	// (prime): its receive contexts keep at most an eighth of it back
-	// (rxCtx.holdLimit).
+	// (prime): its receive contexts keep at most an eighth of it back,
+	// together (heldBack, per queue: rxCtx.mayKeep).
 	fillShare int
+	heldBack  []atomic.Int32
 }
 
 // deviceMaker makes or finds the device of an endpoint listening on
@@ -183,6 +184,7 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 // other half is for transmitting.
 func (d *device) prime(frames int) {
 	d.fillShare = frames / 2 / d.queues
+	d.heldBack = make([]atomic.Int32, d.queues)
 	addrs := make([]uint64, d.fillShare)
 	for _, s := range d.anchors {
 		n := d.umem.Alloc(addrs)

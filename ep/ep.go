@@ -281,7 +281,7 @@ func (e *Endpoint) openSockets(ifindex int) error {
 func (e *Endpoint) newRxCtx() *rxCtx {
 	e.dev.rxCtxs.Add(1)
 	c := &rxCtx{ep: e, socks: make([]*dataplane.Socket, e.queues), descs: make([]dataplane.Desc, 64), refill: make([][]uint64, e.queues),
-		partial: make([][]dataplane.Desc, e.queues)}
+		kept: make([]int, e.queues), partial: make([][]dataplane.Desc, e.queues)}
 	c.mu.off = e.dev.unlocked
 	return c
 }

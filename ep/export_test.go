@@ -12,16 +12,20 @@ func (e *Endpoint) Parked() int {
 	return n
 }
 
-// HeldForRefill reports the most received frames one receive context keeps
-// back from one queue's fill ring (rxCtx.lazy bounds it).
+// HeldForRefill reports the most received frames the endpoint's receive
+// contexts together keep back from one queue's fill ring.
 func (e *Endpoint) HeldForRefill() int {
-	n := 0
+	per := map[int]int{}
 	for _, c := range e.rx {
 		c.mu.Lock()
-		for _, r := range c.refill {
-			n = max(n, len(r))
+		for q, r := range c.refill {
+			per[q] += len(r)
 		}
 		c.mu.Unlock()
+	}
+	n := 0
+	for _, v := range per {
+		n = max(n, v)
 	}
 	return n
 }

@@ -84,8 +84,10 @@ func TestRefillBatched(t *testing.T) {
 // The contexts of a device keep back at most an eighth of a queue's fill
 // share between them, however many there are: nine contexts on a UMEM of
 // 256 frames (128 for the fill ring) each keeping 15 emptied the ring
-// after 128 messages, and receiving stopped for good (helper-30's case).
-// A context that finds nothing for a while gives back what it kept.
+// after 128 messages, and receiving stopped for good (helper-30's case);
+// a bound per context that shrank with the count of contexts still let
+// them keep 43 between them (helper-31). A context that finds nothing
+// for a while gives back what it kept.
 func TestRefillManyContexts(t *testing.T) {
 	r := newRig(t, rigOpts{avAttr: av.Attr{RxCtxBits: 4}, epAttr: func(a *ep.Attr) {
 		a.Frames, a.RxContexts, a.Queues = 256, 9, 1
@@ -102,7 +104,7 @@ func TestRefillManyContexts(t *testing.T) {
 			t.Fatalf("message %d: %q (error entry %+v)", i, buf[:ent.Len], ee)
 		}
 		if held := r.a.ep.HeldForRefill(); held > 128/8 {
-			t.Fatalf("after message %d a context keeps %d frames back", i, held)
+			t.Fatalf("after message %d the contexts keep %d frames back", i, held)
 		}
 	}
 	var ent [1]cq.Entry

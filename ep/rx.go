@@ -35,7 +35,10 @@ type rxCtx struct {
 	refill [][]uint64 // per queue: frames to give back to its fill ring
 	// idleCalls counts progress calls since one took a frame (idleFlush).
 	idleCalls int
-	descs     []dataplane.Desc
+	// kept, per queue, is how many of refill's frames the device counts
+	// as kept back by this context (mayKeep).
+	kept  []int
+	descs []dataplane.Desc
 	// A jumbo frame (AF_XDP multi-buffer) is a chain of descriptors:
 	// partial holds, per queue, those of a chain whose last descriptor
 	// is still on the ring; bufs are free gather buffers (frameRef.data).
@@ -777,20 +780,40 @@ const lazyRefill = 16
 // context give back every frame it keeps: an idle context holds none.
 const idleFlush = 64
 
-// holdLimit is how many frames per queue the context may keep back now.
-// A sharing domain's endpoint keeps what the agent counted in its share
-// of the pool (ShareInfo.Lazy). Otherwise the contexts of the device
-// (every endpoint of the process on the interface) keep at most an eighth
-// of what each queue's fill ring was given, between them: so many
-// contexts, or a small UMEM, cannot take a queue's frames away (each
-// context's bound follows the device's count of contexts at its last
-// call).
+// holdLimit is how many frames per queue the context may keep back: a
+// sharing domain's endpoint what the agent counted in its share of the
+// pool (ShareInfo.Lazy), others lazyRefill, or for a small UMEM an eighth
+// of what each queue's fill ring was given; and all contexts of a device
+// together keep no more than that eighth per queue (mayKeep).
 func (c *rxCtx) holdLimit() int {
 	d := c.ep.dev
 	if d.share != nil {
 		return d.shareLazy
 	}
-	return min(lazyRefill, d.fillShare/8/max(int(d.rxCtxs.Load()), 1))
+	return min(lazyRefill, d.fillShare/8)
+}
+
+// mayKeep records that the context keeps n frames of queue q back, and
+// reports false (recording none) when that would take the device's
+// contexts together past an eighth of the queue's fill-ring share: so
+// many contexts cannot take a queue's frames away, however many there
+// are. A sharing domain's endpoint keeps what its share counts.
+func (c *rxCtx) mayKeep(q, n int) bool {
+	d := c.ep.dev
+	if d.share != nil {
+		return true
+	}
+	delta := n - c.kept[q]
+	if delta == 0 {
+		return true
+	}
+	if int(d.heldBack[q].Add(int32(delta))) > d.fillShare/8 {
+		d.heldBack[q].Add(-int32(n))
+		c.kept[q] = 0
+		return false
+	}
+	c.kept[q] = n
+	return true
 }
 
 func (c *rxCtx) flush() { c.flushOver(0) }
@@ -798,9 +821,13 @@ func (c *rxCtx) flush() { c.flushOver(0) }
 // flushOver refills each queue for which more than keep frames wait.
 func (c *rxCtx) flushOver(keep int) {
 	for q, addrs := range c.refill {
-		if len(addrs) > keep {
+		if n := len(addrs); n > keep || n > 0 && !c.mayKeep(q, n) {
 			c.ep.dev.refill(q, addrs)
 			c.refill[q] = addrs[:0]
+			if k := c.kept[q]; k != 0 {
+				c.ep.dev.heldBack[q].Add(-int32(k))
+				c.kept[q] = 0
+			}
 		}
 	}
 }
