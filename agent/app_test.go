@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,7 +62,8 @@ func TestAppChild(t *testing.T) {
 	tx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	rx, _ := cq.Open(cq.Attr{Format: cq.FormatMsg})
 	local := netip.MustParseAddrPort(os.Getenv("XDPFAB_LOCAL"))
-	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.Msg | fi.Source},
+	queues, _ := strconv.Atoi(os.Getenv("XDPFAB_QUEUES")) // 0: the interface's
+	e, err := c.OpenEndpoint(ctl.EPOpenArgs{Iface: testbed.LinkName, Local: local.String(), AV: "job", Caps: fi.Msg | fi.Source, Queues: queues},
 		ep.Attr{Local: local, Ifname: testbed.LinkName, AV: a, TxCQ: tx, RxCQ: rx, Caps: fi.Msg | fi.Source})
 	if err != nil {
 		fail(err)

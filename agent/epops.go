@@ -224,6 +224,7 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 		Ifname: args.Iface, Local: local, AV: v, Caps: args.Caps, RxContexts: args.RxContexts, FirstQueue: args.FirstQueue, Queues: args.Queues,
 		Frames: args.Frames, RingSize: args.RingSize, DropUnknown: args.DropUnknown,
 		BindMode: a.cfg.BindMode, Logger: a.log, OwnerPID: int(cn.who.pid), OwnerStart: cn.who.start,
+		Charged: true, ChargedUID: cn.who.uid, // for an agent that restarts meanwhile (inherit.go)
 	}
 	// The XSKMAP's part for uids other than root is its bottom (as many
 	// slots as they may hold together), root's the rest: holes the
@@ -324,6 +325,7 @@ func (a *Agent) epOpen(cn *conn, args ctl.EPOpenArgs, rec *auditRec) (_ ctl.EPOp
 	}
 	p := e.p
 	info, fds := p.Handover()
+	a.dropInheritedID(info.ID) // its id is free again: the inherited one is gone (inherit.go)
 	if len(fds) > ctl.MaxFDs {
 		a.closeEP(e, "too many descriptors")
 		return ctl.EPOpenResult{}, nil, fmt.Errorf("ep open: %d contexts x %d queues need %d descriptors, one message carries %d: %w",

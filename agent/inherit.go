@@ -5,22 +5,25 @@ import (
 	"github.com/xdpfab/xdpfab/internal/procid"
 )
 
-// inheritedEP is an endpoint an earlier run of the agent prepared, found in
-// the pinned endpoint table at start with its owner still running: the
-// owner's uid is charged its XSKMAP slots and one endpoint until the entry
-// leaves the table (gc reclaims it once the owner is gone). Without that a
+// inheritedEP is an endpoint an earlier run of the agent prepared and
+// charged (bpf.EPFCharged, with the uid it charged), found in the pinned
+// endpoint table at start with its owner still running: that uid is
+// charged its XSKMAP slots and one endpoint again until the entry leaves
+// the table (gc reclaims it once the owner is gone). Without that a
 // restart handed every uid its whole quota again beside what it still
-// held. Frame memory is not charged: the table does not record it.
+// held. Endpoints that processes registered themselves (the library, as
+// root) are not the agent's and are not charged. Frame memory is not
+// charged: the table does not record it.
 type inheritedEP struct {
 	uid   uint32
 	owner procid.ID
 	slots int
 }
 
-// inherit charges the endpoints an earlier agent left to their owners'
-// uids (the effective uid of the owning process now, /proc): at start,
-// before the control socket serves anyone. Entries whose owner is gone
-// are left to gc; one whose owner's uid cannot be read is not charged.
+// inherit charges the endpoints an earlier agent prepared, and whose
+// owners still run, to the uids it charged them to: at start, before the
+// control socket serves anyone. Entries whose owner is gone are left to
+// gc.
 func (a *Agent) inherit() error {
 	entries, err := ep.Entries(a.dp)
 	if err != nil {
@@ -30,13 +33,10 @@ func (a *Agent) inherit() error {
 	defer a.mu.Unlock()
 	for _, e := range entries {
 		owner := procid.ID{PID: e.OwnerPID, Start: e.OwnerStart}
-		if e.OwnerPID == 0 || !owner.Alive() {
+		if !e.Charged || e.OwnerPID == 0 || !owner.Alive() {
 			continue
 		}
-		uid, err := owner.UID()
-		if err != nil {
-			continue
-		}
+		uid := e.ChargedUID
 		if a.inherited == nil {
 			a.inherited = map[uint32]inheritedEP{}
 		}
@@ -48,6 +48,29 @@ func (a *Agent) inherit() error {
 			"owner_pid", e.OwnerPID, "uid", uid, "xsk_slots", e.Slots)
 	}
 	return nil
+}
+
+// dropInheritedID gives back the charge of the inherited endpoint id, if
+// any: the agent just prepared an endpoint with that id, so the entry it
+// named is gone (between a gc's reclaim and its dropInherited, or before
+// a gc noticed).
+func (a *Agent) dropInheritedID(id uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.uncharge(id)
+}
+
+// uncharge gives back inherited endpoint id's charge; a.mu held.
+func (a *Agent) uncharge(id uint32) {
+	h, ok := a.inherited[id]
+	if !ok {
+		return
+	}
+	u := a.usageOf(h.uid)
+	u.endpoints--
+	u.slots -= h.slots
+	a.forgetIdle(h.uid)
+	delete(a.inherited, id)
 }
 
 // dropInherited gives back the charge of inherited endpoints that left the
@@ -71,13 +94,8 @@ func (a *Agent) dropInherited() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, h := range a.inherited {
-		if owner, ok := now[id]; ok && owner == h.owner {
-			continue
+		if owner, ok := now[id]; !ok || owner != h.owner {
+			a.uncharge(id)
 		}
-		u := a.usageOf(h.uid)
-		u.endpoints--
-		u.slots -= h.slots
-		a.forgetIdle(h.uid)
-		delete(a.inherited, id)
 	}
 }

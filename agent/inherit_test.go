@@ -9,23 +9,31 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
+	"github.com/xdpfab/xdpfab/dataplane"
+	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
+	"github.com/xdpfab/xdpfab/loader"
 )
 
 // An agent restarted while an application of uid 65534 runs charges that
-// application's endpoint, which the earlier run prepared, to uid 65534:
-// the uid's XSKMAP slots stay counted (a restart used to hand every uid
-// its whole quota again beside what it held), and come back once the
-// application is gone.
+// application's endpoint, which the earlier run prepared, to uid 65534
+// (the uid recorded in the endpoint table): the uid's XSKMAP slots stay
+// counted (a restart used to hand every uid its whole quota again beside
+// what it held), and come back once the application is gone. An endpoint
+// a root process registered itself with the library is not the agent's
+// and is charged to no one.
 func TestRestartChargesInheritedEndpoints(t *testing.T) {
 	n := newNodeWith(t, testbed.Options{RxQueues: 4, TxQueues: 4})
-	flags := []string{"--socket-group", "65534", "--xsk-slots-per-uid", "4", "--gc-interval", "200ms"}
+	flags := []string{"--socket-group", "65534", "--xsk-slots-per-uid", "2", "--gc-interval", "200ms"}
 	n.startAgent(flags...)
 	appAddr := netip.AddrPortFrom(n.bed.A.IPv4, 7100)
 	peer := netip.AddrPortFrom(n.bed.B.IPv4, 7000)
@@ -37,7 +45,8 @@ func TestRestartChargesInheritedEndpoints(t *testing.T) {
 	bin := filepath.Join(filepath.Dir(xdpfabBin), "agent.test")
 	copyFile(t, os.Args[0], bin)
 	cmd := exec.Command(bin, "-test.run=^TestAppChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "XDPFAB_APP=hang", "XDPFAB_SOCKET="+n.socket, "XDPFAB_PIN_ROOT="+n.pinRoot, "XDPFAB_LOCAL="+appAddr.String())
+	cmd.Env = append(os.Environ(), "XDPFAB_APP=hang", "XDPFAB_SOCKET="+n.socket, "XDPFAB_PIN_ROOT="+n.pinRoot, "XDPFAB_LOCAL="+appAddr.String(),
+		"XDPFAB_QUEUES=2")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -50,11 +59,35 @@ func TestRestartChargesInheritedEndpoints(t *testing.T) {
 			cmd.Wait()
 		}
 	})
-	// The application's endpoint listens on the 4 queues: 4 slots, the
+	// The application's endpoint listens on queues 0 and 1: 2 slots, the
 	// uid's quota.
 	var rep appReport
 	if err := json.NewDecoder(out).Decode(&rep); err != nil || rep.Err != "" {
 		t.Fatalf("application: %v %s", err, rep.Err)
+	}
+	// Root's own endpoint on queue 2, through the library.
+	dp, err := loader.Load(loader.Config{PinRoot: n.pinRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	lav, err := av.Open(dp, &av.Attr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lav.Close() })
+	ltx, _ := cq.Open(cq.Attr{Size: 64})
+	lrx, _ := cq.Open(cq.Attr{Size: 64})
+	t.Cleanup(func() { ltx.Close(); lrx.Close() })
+	if err := n.bed.A.Do(func() error {
+		e, err := ep.Open(dp, ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(n.bed.A.IPv4, 7300), AV: lav, TxCQ: ltx, RxCQ: lrx,
+			FirstQueue: 2, Queues: 1, BindMode: dataplane.BindCopy, Frames: 256})
+		if err == nil {
+			t.Cleanup(func() { e.Close() })
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	open := func() error {
 		c, err := dialAs(t, n.socket, 65534, 65534)
@@ -65,15 +98,17 @@ func TestRestartChargesInheritedEndpoints(t *testing.T) {
 		_, err = n.openEP(c, 7200, ctl.EPOpenArgs{AV: "job", Private: true, FirstQueue: 3, Queues: 1, Frames: 64})
 		return err
 	}
-	wantErrno(t, "a fifth slot while the application holds 4", open(), fi.EDQUOT)
+	wantErrno(t, "a third slot while the application holds 2", open(), fi.EDQUOT)
 
 	n.stopAgent(syscall.SIGKILL)
 	n.startAgent(flags...)
-	wantErrno(t, "a fifth slot after the restart, the application still running", open(), fi.EDQUOT)
+	wantErrno(t, "a third slot after the restart, the application still running", open(), fi.EDQUOT)
+	if got := strings.Count(n.logs.String(), "charged an endpoint an earlier agent prepared"); got != 1 {
+		t.Errorf("the restarted agent charged %d endpoints, want the application's only:\n%s", got, grepLines(n.logs.String(), "charged"))
+	}
 
 	cmd.Process.Kill()
 	cmd.Wait()
-	var err error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if err = open(); err == nil || !errors.Is(err, fi.EDQUOT) && !errors.Is(err, fi.EBUSY) {
 			break

@@ -31,7 +31,7 @@ func TestConstsMatchC(t *testing.T) {
 		"XDPFAB_MAGIC": wire.Magic, "XDPFAB_VERSION": wire.Version, "XDPFAB_OP_MSG": wire.OpMsg, "XDPFAB_OP_TAGGED": wire.OpTagged,
 		"XDPFAB_HF_CQ_DATA": wire.FlagCQData, "XDPFAB_META_KNOWN": wire.MetaKnown, "XDPFAB_META_SOURCE_ERR": wire.MetaSourceErr,
 		"XDPFAB_META_USER_ID": wire.MetaUserID, "XDPFAB_META_VERSION": wire.MetaVersion, "XDPFAB_AVF_USER_ID": bpf.AVFUserID,
-		"XDPFAB_META_STAMP": wire.MetaStamp, "XDPFAB_EPF_STAMP": bpf.EPFStamp, "XDPFAB_STAMP_LEN": wire.StampLen,
+		"XDPFAB_META_STAMP": wire.MetaStamp, "XDPFAB_EPF_STAMP": bpf.EPFStamp, "XDPFAB_EPF_CHARGED": bpf.EPFCharged, "XDPFAB_STAMP_LEN": wire.StampLen,
 		"XDPFAB_AF_INET": wire.AFInet, "XDPFAB_AF_INET6": wire.AFInet6, "XDPFAB_IFINDEX_SLOTS": bpf.IfindexSlots,
 		"XDPFAB_AV_MAGIC": bpf.AVMagic, "XDPFAB_AV_RETRY": bpf.AVRetry, "XDPFAB_AV_PAGE_LINES": bpf.AVPageLines,
 		"XDPFAB_EPS_FREE": bpf.EPSFree, "XDPFAB_EPS_USED": bpf.EPSUsed, "XDPFAB_EPS_RETIRED": bpf.EPSRetired,

@@ -79,6 +79,11 @@ const AVFUserID = 0x0001
 // endpoint, for measurement (XDPFAB_EPF_STAMP; see wire.MetaStamp).
 const EPFStamp = 0x01
 
+// EPFCharged is the ep_val flag that marks an endpoint the agent prepared
+// and charged to uid EPVal.OwnerUid: an agent that restarts finds them in
+// the table and charges them again (XDPFAB_EPF_CHARGED; XDP ignores it).
+const EPFCharged = 0x02
+
 // AV table constants (xdpfab_consts.h; struct av_hdr in xdpfab_structs.h).
 const (
 	AVMagic = 0x54564158 // XDPFAB_AV_MAGIC: av_hdr.magic

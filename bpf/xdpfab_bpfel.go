@@ -130,7 +130,7 @@ type kernEpVal struct {
 	FirstQueue uint16
 	AuthKey    uint32
 	OwnerPid   uint32
-	Pad2       uint32
+	OwnerUid   uint32
 	OwnerStart uint64
 }
 

@@ -69,6 +69,9 @@ enum policy {
  * is part of the frame because AF_XDP's copy mode copies only the metadata
  * and the frame: nothing in front of the metadata reaches the socket. */
 #define XDPFAB_EPF_STAMP 0x01
+/* The agent prepared the endpoint and charged it to uid ep_val.owner_uid: a
+ * restarted agent charges it again. XDP never reads it. */
+#define XDPFAB_EPF_CHARGED 0x02
 
 #define XDPFAB_EP_PER_PORT 4 /* endpoints an xdpfab_epport entry lists */
 

@@ -124,7 +124,7 @@ struct ep_val {
 	 * internal/procid): the agent removes entries whose process is gone.
 	 * XDP never reads these. */
 	__u32 owner_pid;
-	__u32 pad2;
+	__u32 owner_uid; /* with XDPFAB_EPF_CHARGED: the uid the agent charged */
 	__u64 owner_start;
 };
 

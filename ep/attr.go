@@ -109,6 +109,12 @@ type Attr struct {
 	// client's for endpoints it prepares.
 	OwnerPID   int
 	OwnerStart uint64
+	// Charged and ChargedUID record in the endpoint table that the agent
+	// counted the endpoint against uid ChargedUID's quotas, so that an
+	// agent that restarts while the endpoint lives charges it again
+	// (bpf.EPFCharged). The agent sets them for endpoints it prepares.
+	Charged    bool
+	ChargedUID uint32
 	// XSKBelow and XSKFrom place the endpoint's XSKMAP slots (one per
 	// receive context and queue, a run of adjacent slots): below XSKBelow
 	// when it is set (0: anywhere in the map), searched from XSKFrom up,

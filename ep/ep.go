@@ -408,6 +408,10 @@ func (e *Endpoint) register() error {
 	}
 	val := bpf.EPVal{EpId: id, AvId: e.av.ID(), XskBase: base, RxCtxs: uint16(len(e.rx)), Queues: uint16(e.queues), FirstQueue: uint16(e.dev.first),
 		Policy: policy, AuthKey: e.authKey, OwnerPid: owner.PID, OwnerStart: owner.Start}
+	if e.attr.Charged {
+		val.Flags |= bpf.EPFCharged
+		val.OwnerUid = e.attr.ChargedUID
+	}
 	if err := e.dp.PutEndpoint(e.key, val, ebpf.UpdateNoExist); err != nil {
 		e.clearSlots(base, n)
 		if e.unwatch != nil {

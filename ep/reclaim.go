@@ -65,6 +65,10 @@ type Entry struct {
 	// Slots is how many XSKMAP slots the endpoint holds (receive
 	// contexts x queues).
 	Slots int
+	// Charged: the agent prepared it and counted it against uid
+	// ChargedUID (Attr.Charged).
+	Charged    bool
+	ChargedUID uint32
 }
 
 // Entries lists objs' endpoint table: every endpoint of every process on
@@ -82,7 +86,7 @@ func Entries(objs *loader.Objects) ([]Entry, error) {
 	it := objs.EP.Iterate()
 	for it.Next(&k, &v) {
 		out = append(out, Entry{ID: v.EpId, Local: k.Local.AddrPort().String(), OwnerPID: v.OwnerPid, OwnerStart: v.OwnerStart,
-			Slots: int(v.RxCtxs) * int(v.Queues)})
+			Slots: int(v.RxCtxs) * int(v.Queues), Charged: v.Flags&bpf.EPFCharged != 0, ChargedUID: v.OwnerUid})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("ep entries: read the endpoint table: %w", err)

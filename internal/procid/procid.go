@@ -82,41 +82,4 @@ func (id ID) Alive() bool {
 	return now.Start == id.Start
 }
 
-// UID reads the effective uid of the process id names (/proc/PID/status),
-// checking after the read that the pid still names that process (not a
-// later one with its pid).
-func (id ID) UID() (uint32, error) {
-	if id.PID == 0 {
-		return 0, fmt.Errorf("pid 0: %w", os.ErrNotExist)
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(id.PID)) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	uid, err := parseUID(b)
-	if err != nil {
-		return 0, fmt.Errorf("%v: %w", id, err)
-	}
-	if now, err := Of(int(id.PID)); err != nil || id.Start != 0 && now.Start != id.Start {
-		return 0, fmt.Errorf("%v: gone while read: %w", id, os.ErrNotExist)
-	}
-	return uid, nil
-}
-
-// parseUID reads the effective uid, the second of the four on the Uid:
-// line of /proc/PID/status.
-func parseUID(status []byte) (uint32, error) {
-	for line := range bytes.SplitSeq(status, []byte("\n")) {
-		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
-			f := bytes.Fields(rest)
-			if len(f) < 2 {
-				break
-			}
-			v, err := strconv.ParseUint(string(f[1]), 10, 32)
-			return uint32(v), err
-		}
-	}
-	return 0, errors.New("status: no Uid line")
-}
-
 func (id ID) String() string { return fmt.Sprintf("pid %d (start %d)", id.PID, id.Start) }
