@@ -505,9 +505,10 @@ func reportPP(d *doc) {
 	}
 	d.p("**xdpfab against the floor and against `fi_pingpong -p udp -e dgram`.** Here a ratio is xdpfab's latency ÷ " +
 		"the other's (below 1: xdpfab is faster), per XDP mode against the floor in the same mode; " +
-		"fi_pingpong runs on the MTU-9000 bed. Against the floor, each of xdpfab's repetitions is followed at once by " +
-		"one of the floor's at the same size (on a bed of its own): the ratio is the median of those pairs' ratios, " +
-		"[lowest–highest], not a ratio of medians taken minutes apart.")
+		"fi_pingpong runs on the MTU-9000 bed. Against the floor, each of xdpfab's repetitions runs next to one of the " +
+		"floor's at the same size (on a bed of its own; the floor at its largest message for 4096 and 8192 B), the two " +
+		"in turns first: the ratio is the median of those pairs' ratios, [lowest–highest], not a ratio of medians taken " +
+		"minutes apart.")
 	d.p("")
 	var trows [][]string
 	for _, size := range ppSizes {
