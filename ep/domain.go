@@ -190,7 +190,7 @@ func quotaOf(a *Attr, queues int) (quota, park int) {
 }
 
 // lazyOf is how many received frames per queue each receive context of a
-// domain's endpoint keeps back before it refills (rxCtx.lazy): lazyRefill,
+// domain's endpoint keeps back before it refills (rxCtx.holdLimit): lazyRefill,
 // or a quarter of a smaller ring.
 func lazyOf(a *Attr) int { return min(lazyRefill, max(a.RingSize/4, 1)) }
 
