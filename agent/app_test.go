@@ -177,26 +177,8 @@ func TestUnprivilegedApp(t *testing.T) {
 	n := newNode(t)
 	n.startAgent("--socket-group", "65534")
 	appAddr := netip.AddrPortFrom(n.bed.A.IPv4, 7100)
-	peer := netip.AddrPortFrom(n.bed.B.IPv4, 7000)
-	n.cli("av", "create", "--name", "job")
-	if out, code := n.cli("av", "insert", "--name", "job", peer.String()); code != 0 {
-		t.Fatalf("insert: %s", out)
-	}
-	echo(t, n.bed.B, peer, appAddr)
-
-	bin := filepath.Join(filepath.Dir(xdpfabBin), "agent.test")
-	copyFile(t, os.Args[0], bin)
-	run := func(mode string) (*exec.Cmd, io.Reader) {
-		cmd := exec.Command(bin, "-test.run=^TestAppChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "XDPFAB_APP="+mode, "XDPFAB_SOCKET="+n.socket, "XDPFAB_PIN_ROOT="+n.pinRoot, "XDPFAB_LOCAL="+appAddr.String())
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		out, _ := cmd.StdoutPipe()
-		cmd.Stderr = os.Stderr
-		if err := n.bed.A.Do(cmd.Start); err != nil { // born in host A's namespace
-			t.Fatal(err)
-		}
-		return cmd, out
-	}
+	n.appSetup(appAddr)
+	run := func(mode string) (*exec.Cmd, io.Reader) { return n.appChild(mode, appAddr) }
 	check := func(r io.Reader) appReport {
 		t.Helper()
 		var rep appReport
@@ -268,6 +250,43 @@ func TestUnprivilegedApp(t *testing.T) {
 			t.Errorf("no audit line like %s in the agent's log:\n%s", want, grepLines(logs, "audit"))
 		}
 	}
+}
+
+// appSetup makes the AV "job" with a peer on host B that echoes what
+// appAddr sends, and a copy of this test binary that appChild runs as the
+// application.
+func (n *node) appSetup(appAddr netip.AddrPort) {
+	n.t.Helper()
+	peer := netip.AddrPortFrom(n.bed.B.IPv4, 7000)
+	n.cli("av", "create", "--name", "job")
+	if out, code := n.cli("av", "insert", "--name", "job", peer.String()); code != 0 {
+		n.t.Fatalf("insert: %s", out)
+	}
+	echo(n.t, n.bed.B, peer, appAddr)
+	copyFile(n.t, os.Args[0], filepath.Join(filepath.Dir(xdpfabBin), "agent.test"))
+}
+
+// appChild starts TestAppChild in mode as uid 65534 in host A's namespace
+// (env added to its environment), and returns it and its output; the test
+// kills it at its end if it still runs.
+func (n *node) appChild(mode string, appAddr netip.AddrPort, env ...string) (*exec.Cmd, io.Reader) {
+	n.t.Helper()
+	cmd := exec.Command(filepath.Join(filepath.Dir(xdpfabBin), "agent.test"), "-test.run=^TestAppChild$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), "XDPFAB_APP="+mode, "XDPFAB_SOCKET="+n.socket, "XDPFAB_PIN_ROOT="+n.pinRoot,
+		"XDPFAB_LOCAL="+appAddr.String()), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := n.bed.A.Do(cmd.Start); err != nil { // born in host A's namespace
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, out
 }
 
 func (n *node) endpoints() int {

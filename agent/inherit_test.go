@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,29 +33,8 @@ func TestRestartChargesInheritedEndpoints(t *testing.T) {
 	flags := []string{"--socket-group", "65534", "--xsk-slots-per-uid", "2", "--gc-interval", "200ms"}
 	n.startAgent(flags...)
 	appAddr := netip.AddrPortFrom(n.bed.A.IPv4, 7100)
-	peer := netip.AddrPortFrom(n.bed.B.IPv4, 7000)
-	n.cli("av", "create", "--name", "job")
-	if out, code := n.cli("av", "insert", "--name", "job", peer.String()); code != 0 {
-		t.Fatalf("insert: %s", out)
-	}
-	echo(t, n.bed.B, peer, appAddr)
-	bin := filepath.Join(filepath.Dir(xdpfabBin), "agent.test")
-	copyFile(t, os.Args[0], bin)
-	cmd := exec.Command(bin, "-test.run=^TestAppChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "XDPFAB_APP=hang", "XDPFAB_SOCKET="+n.socket, "XDPFAB_PIN_ROOT="+n.pinRoot, "XDPFAB_LOCAL="+appAddr.String(),
-		"XDPFAB_QUEUES=2")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := n.bed.A.Do(cmd.Start); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	n.appSetup(appAddr)
+	cmd, out := n.appChild("hang", appAddr, "XDPFAB_QUEUES=2")
 	// The application's endpoint listens on queues 0 and 1: 2 slots, the
 	// uid's quota.
 	var rep appReport
