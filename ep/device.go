@@ -61,6 +61,9 @@ type device struct {
 	// together (heldBack, per queue: rxCtx.mayKeep).
 	fillShare int
 	heldBack  []atomic.Int32
+	// parkedQ counts, per queue, the frames its receive contexts park
+	// (rxCtx.park keeps it within half the queue's fill share).
+	parkedQ []atomic.Int32
 }
 
 // deviceMaker makes or finds the device of an endpoint listening on
@@ -185,6 +188,7 @@ func newDevice(key devKey, queues int, a *Attr, memfd bool) (_ *device, err erro
 func (d *device) prime(frames int) {
 	d.fillShare = frames / 2 / d.queues
 	d.heldBack = make([]atomic.Int32, d.queues)
+	d.parkedQ = make([]atomic.Int32, d.queues)
 	addrs := make([]uint64, d.fillShare)
 	for _, s := range d.anchors {
 		n := d.umem.Alloc(addrs)

@@ -192,9 +192,9 @@ func (c *rxCtx) setClaim(m parkedMsg, ctx any) {
 // dropParked removes a parked message: a frame goes back to the fill ring.
 func (c *rxCtx) dropParked(m parkedMsg) {
 	if m.frame >= 0 {
+		c.unpark(c.parked[m.frame])
 		c.release(c.parked[m.frame])
 		c.parked = append(c.parked[:m.frame], c.parked[m.frame+1:]...)
-		c.ep.dev.parked.Add(-1)
 		return
 	}
 	s := c.ep.shm.Load()

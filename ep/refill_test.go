@@ -115,3 +115,40 @@ func TestRefillManyContexts(t *testing.T) {
 		t.Errorf("idle for 200 reads, a context still keeps %d frames back", held)
 	}
 }
+
+// On a device of several queues the parked frames of one queue stay
+// within half its fill share: the device's parking budget (a quarter of
+// the UMEM) is the whole fill share of a queue when there are two, so one
+// flow's unmatched messages could empty that queue's fill ring, and with
+// no frame arriving no drop would ever free one (helper-31's case). The
+// oldest of the queue's parked messages make room: the newest arrive.
+func TestParkPerQueue(t *testing.T) {
+	r := newRig(t, rigOpts{bedOpts: testbed.Options{RxQueues: 2, TxQueues: 2}, epAttr: func(a *ep.Attr) {
+		a.Frames = 256 // a fill share of 64 per queue, a parking budget of 64
+	}})
+	to := r.b.insert(t, r.a.local)
+	for i := range 200 {
+		msg := fmt.Sprint("m", i)
+		send(t, r.b, func() error { return r.b.ep.Inject([]byte(msg), to) })
+		r.a.ep.Progress() // nothing posted: A parks it
+	}
+	for range 100 {
+		r.a.ep.Progress()
+	}
+	buf := make([]byte, 2048)
+	var got []string
+	for {
+		if err := r.a.ep.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			t.Fatal(err)
+		}
+		var ent [1]cq.Entry
+		n, _ := r.a.rx.Read(ent[:])
+		if n == 0 {
+			break
+		}
+		got = append(got, string(buf[:ent[0].Len]))
+	}
+	if len(got) == 0 || got[len(got)-1] != "m199" || len(got) > 32 {
+		t.Errorf("parked messages delivered: %d, the last %q; want at most 32, the last m199", len(got), got[len(got)-min(len(got), 1):])
+	}
+}

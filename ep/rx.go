@@ -398,14 +398,37 @@ func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 // parkFloor), so that the frames they keep leave the fill rings enough and
 // one context flooded with messages nobody receives leaves the others
 // their share; nor more than parkFloor while the device's contexts
-// together hold the budget (shares change as endpoints come and go). Past
-// a limit, the oldest unclaimed frame is dropped to make room, or f
-// itself when every kept frame is claimed (FI_CLAIM). Dropping the oldest
+// together hold the budget (shares change as endpoints come and go); and
+// the device's contexts together park at most half a queue's fill share
+// from one queue (parkedQ). Past a limit, the oldest unclaimed frame is
+// dropped to make room (of f's queue for the last limit), or f itself
+// when every kept frame is claimed (FI_CLAIM) or, for the last limit, is
+// of another queue. Dropping the oldest
 // rather than the newest means messages no receive ever matches cannot
 // keep the ones that arrive after them out. Each drop is counted
 // (RecvStats.ParkDropped). The caller holds c.mu.
 func (c *rxCtx) park(f frameRef) {
 	d := c.ep.dev
+	if d.parkedQ != nil && int(d.parkedQ[f.q].Load()) >= d.fillShare/2 {
+		// Half the queue's fill share is parked (on a device of several
+		// queues one flow can reach that long before the device's
+		// budget): more would empty the queue's fill ring, and with no
+		// frame arriving no drop below would ever free one. The oldest
+		// of the queue's parked frames here makes room, else this one
+		// is dropped.
+		c.ep.parkDropped.Add(1)
+		i := slices.IndexFunc(c.parked, func(p frameRef) bool { return p.claim == nil && p.q == f.q })
+		if i < 0 {
+			c.release(f)
+			return
+		}
+		c.unpark(c.parked[i])
+		c.release(c.parked[i])
+		c.parked = slices.Delete(c.parked, i, i+1)
+		c.parked = append(c.parked, f)
+		c.parkedOne(f)
+		return
+	}
 	limit := c.ep.parkLimit
 	if d.parkBudget > 0 {
 		limit = min(limit, max(parkFloor, d.parkBudget/max(int(d.rxCtxs.Load()), 1)))
@@ -418,6 +441,7 @@ func (c *rxCtx) park(f frameRef) {
 			c.release(f)
 			return
 		}
+		c.unpark(c.parked[i])
 		c.release(c.parked[i])
 		if i == 0 {
 			c.parked[0] = frameRef{}
@@ -425,10 +449,27 @@ func (c *rxCtx) park(f frameRef) {
 		} else {
 			c.parked = slices.Delete(c.parked, i, i+1)
 		}
-		d.parked.Add(-1)
 	}
 	c.parked = append(c.parked, f)
+	c.parkedOne(f)
+}
+
+// parkedOne counts a frame the context parked, on its device and its
+// queue; unpark counts one that left the parked frames.
+func (c *rxCtx) parkedOne(f frameRef) {
+	d := c.ep.dev
 	d.parked.Add(1)
+	if d.parkedQ != nil {
+		d.parkedQ[f.q].Add(1)
+	}
+}
+
+func (c *rxCtx) unpark(f frameRef) {
+	d := c.ep.dev
+	d.parked.Add(-1)
+	if d.parkedQ != nil {
+		d.parkedQ[f.q].Add(-1)
+	}
 }
 
 // rxPrefetch is how much of a received packet take prefetches: headers
@@ -500,6 +541,9 @@ func (c *rxCtx) drainParked(only uint64) error {
 		if c.deliver(&f, true) {
 			n--
 			gone++
+			if d := c.ep.dev; d.parkedQ != nil {
+				d.parkedQ[f.q].Add(-1)
+			}
 		} else {
 			kept = append(kept, f)
 		}
@@ -738,9 +782,9 @@ func (e *Endpoint) stillHolds(fa fi.Addr, addr netip.AddrPort) bool {
 // redirect reaches the sockets any more.
 func (c *rxCtx) drain() {
 	for _, f := range c.parked {
+		c.unpark(f)
 		c.release(f)
 	}
-	c.ep.dev.parked.Add(-int64(len(c.parked)))
 	c.parked = nil
 	for q, p := range c.partial {
 		for _, d := range p {
