@@ -54,7 +54,10 @@ func TestInsertSymResolvesOutsideLocks(t *testing.T) {
 		}
 		return []netip.Addr{netip.AddrFrom4([4]byte{198, 18, 47, byte(n%250 + 1)})}, nil
 	}, time.Second)
-	defer restore()
+	// Restored after the agent's cleanup has closed it: a request it still
+	// serves when the test returns reads the hook (a race the detector
+	// reported once, the test's deferred restore writing it meanwhile).
+	t.Cleanup(restore)
 	_, _, sock := inProcessAgent(t, func(c *agent.Config) { c.SocketGroup = "65534" })
 	const owner, member, jobGroup = 4604, 4605, 7702
 	oc := mustDialAs(t, sock, owner, nobody, jobGroup)
