@@ -84,7 +84,9 @@ type Attr struct {
 	// (EBUSY); an endpoint asking for fi.ThreadDomain on a device other
 	// endpoints opened thread safe joins them, thread safe. Every other
 	// model is served thread safe (a stricter model than asked for).
-	// Endpoint.Threading reports the one provided.
+	// Endpoint.Threading reports the one provided. A CQ read progresses
+	// every endpoint bound to it: bind the CQs of such an endpoint only to
+	// endpoints of its serial group (nothing checks it).
 	Threading fi.Threading
 	// SerialGroup names the domain of a fi.ThreadDomain endpoint (nil:
 	// the endpoint alone); EINVAL with another model.
