@@ -114,7 +114,8 @@ type Attr struct {
 	// Charged and ChargedUID record in the endpoint table that the agent
 	// counted the endpoint against uid ChargedUID's quotas, so that an
 	// agent that restarts while the endpoint lives charges it again
-	// (bpf.EPFCharged). The agent sets them for endpoints it prepares.
+	// (bpf.EPFCharged). The agent sets them for endpoints it prepares;
+	// Open refuses Charged (EINVAL).
 	Charged    bool
 	ChargedUID uint32
 	// XSKBelow and XSKFrom place the endpoint's XSKMAP slots (one per

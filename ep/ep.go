@@ -75,6 +75,9 @@ func Open(dp *loader.Objects, attr Attr) (_ *Endpoint, err error) {
 	if err := attr.validate(); err != nil {
 		return nil, err
 	}
+	if attr.Charged {
+		return nil, fmt.Errorf("ep open: Charged is for endpoints the agent prepares (Prepare): %w", fi.EINVAL)
+	}
 	e, undo, err := setup(dp, attr, acquireDevice)
 	if err != nil {
 		return nil, err

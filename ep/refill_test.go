@@ -9,6 +9,7 @@ import (
 
 	"github.com/xdpfab/xdpfab/av"
 	"github.com/xdpfab/xdpfab/cq"
+	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/ep"
 	"github.com/xdpfab/xdpfab/fi"
 	"github.com/xdpfab/xdpfab/internal/testbed"
@@ -150,5 +151,42 @@ func TestParkPerQueue(t *testing.T) {
 	}
 	if len(got) == 0 || got[len(got)-1] != "m199" || len(got) > 32 {
 		t.Errorf("parked messages delivered: %d, the last %q; want at most 32, the last m199", len(got), got[len(got)-min(len(got), 1):])
+	}
+}
+
+// A context may always park two messages, whatever the others hold: an
+// endpoint that opens after another flooded the queue with messages no
+// receive matches still keeps the two it gets before its receives
+// (helper-32: the per-queue limit dropped them).
+func TestParkFloorAfterFlood(t *testing.T) {
+	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Frames = 512 }}) // a fill share of 256, a parking budget of 128
+	to := r.b.insert(t, r.a.local)
+	for i := range 300 {
+		send(t, r.b, func() error { return r.b.ep.Inject([]byte(fmt.Sprint("junk", i)), to) })
+		r.a.ep.Progress()
+	}
+	tx, _ := cq.Open(cq.Attr{Size: 64})
+	rx, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
+	t.Cleanup(func() { tx.Close(); rx.Close() })
+	local := netip.AddrPortFrom(r.a.local.Addr(), port+1)
+	late := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: local, AV: r.a.av, TxCQ: tx, RxCQ: rx, BindMode: dataplane.BindCopy})
+	toLate := r.b.insert(t, local)
+	for i := range 2 {
+		send(t, r.b, func() error { return r.b.ep.Inject([]byte(fmt.Sprint("late", i)), toLate) })
+	}
+	for range 20 {
+		late.Progress()
+	}
+	buf := make([]byte, 64)
+	for i := range 2 {
+		if err := late.Recv(buf, fi.AddrUnspec, nil); err != nil {
+			t.Fatal(err)
+		}
+		if ent, _, ee := read(t, rx); ee != nil || string(buf[:ent.Len]) != fmt.Sprint("late", i) {
+			t.Fatalf("late endpoint's message %d: %q (error entry %+v)", i, buf[:ent.Len], ee)
+		}
+	}
+	if d := late.RecvStats().ParkDropped; d != 0 {
+		t.Errorf("the late endpoint dropped %d parked messages", d)
 	}
 }

@@ -409,13 +409,17 @@ func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 // (RecvStats.ParkDropped). The caller holds c.mu.
 func (c *rxCtx) park(f frameRef) {
 	d := c.ep.dev
-	if d.parkedQ != nil && int(d.parkedQ[f.q].Load()) >= d.fillShare/2 {
-		// Half the queue's fill share is parked (on a device of several
-		// queues one flow can reach that long before the device's
-		// budget): more would empty the queue's fill ring, and with no
-		// frame arriving no drop below would ever free one. The oldest
-		// of the queue's parked frames here makes room, else this one
-		// is dropped.
+	if pq := d.parkedQ; pq != nil && int(pq[f.q].Load()) >= d.fillShare/2 &&
+		(len(c.parked) >= parkFloor || int(pq[f.q].Load()) >= d.fillShare-d.fillShare/8) {
+		// About half the queue's fill share is parked (on a device of
+		// several queues one flow can reach that long before the
+		// device's budget; contexts of a locked device may pass the
+		// check together): more would empty the queue's fill ring, and
+		// with no frame arriving no drop below would ever free one. The
+		// oldest of the queue's parked frames here makes room, else this
+		// one is dropped. A context holding fewer than parkFloor parks
+		// anyway while seven eighths of the share are not parked: the
+		// others' frames cannot take its floor away.
 		c.ep.parkDropped.Add(1)
 		i := slices.IndexFunc(c.parked, func(p frameRef) bool { return p.claim == nil && p.q == f.q })
 		if i < 0 {
@@ -828,7 +832,9 @@ const idleFlush = 64
 // sharing domain's endpoint what the agent counted in its share of the
 // pool (ShareInfo.Lazy), others lazyRefill, or for a small UMEM an eighth
 // of what each queue's fill ring was given; and all contexts of a device
-// together keep no more than that eighth per queue (mayKeep).
+// together keep no more than that eighth per queue (mayKeep): a context
+// that stops being progressed holds its part until it is again (idleFlush
+// counts calls), and the others refill at once meanwhile.
 func (c *rxCtx) holdLimit() int {
 	d := c.ep.dev
 	if d.share != nil {

@@ -159,3 +159,24 @@ func TestThreadingModels(t *testing.T) {
 		t.Errorf("zero endpoint: Threading() = %v", got)
 	}
 }
+
+// Only the agent records an endpoint as charged to a uid (Prepare): Open
+// refuses Charged, so a process's own endpoints are charged to no one
+// after an agent restart.
+func TestOpenRefusesCharged(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	tx, _ := cq.Open(cq.Attr{Size: 64})
+	rx, _ := cq.Open(cq.Attr{Size: 64})
+	t.Cleanup(func() { tx.Close(); rx.Close() })
+	err := r.bed.A.Do(func() error {
+		e, err := ep.Open(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(r.bed.A.IPv4, port+5), AV: r.a.av,
+			TxCQ: tx, RxCQ: rx, BindMode: dataplane.BindCopy, Charged: true, ChargedUID: 65534})
+		if err == nil {
+			e.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, fi.EINVAL) {
+		t.Errorf("Open with Charged: %v, want EINVAL", err)
+	}
+}
