@@ -475,6 +475,12 @@ func statPairs(s dataplane.Stats) []kv {
 // endpointOwner is the pid of the application that opened endpoint id
 // through the agent, or 0.
 func (a *Agent) endpointOwner(id uint32) int32 {
+	a.mu.Lock()
+	h, inherited := a.inherited[id]
+	a.mu.Unlock()
+	if inherited {
+		return int32(h.owner.PID)
+	}
 	for _, cn := range a.conns() {
 		cn.mu.Lock()
 		for _, e := range cn.eps {

@@ -44,8 +44,8 @@ func (a *Agent) inherit() error {
 		u := a.usageOf(uid)
 		u.endpoints++
 		u.slots += e.Slots
-		a.log.Info("charged an endpoint an earlier agent prepared to its owner", "id", e.ID, "local", e.Local,
-			"owner_pid", e.OwnerPID, "uid", uid, "xsk_slots", e.Slots)
+		a.audit(self(), "ep.charge", nil, &auditRec{attrs: []any{"id", e.ID, "local", e.Local, "owner_pid", e.OwnerPID,
+			"charged_uid", uid, "xsk_slots", e.Slots, "reason", "prepared by an earlier agent"}})
 	}
 	return nil
 }

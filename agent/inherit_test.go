@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xdpfab/xdpfab/av"
+	"github.com/xdpfab/xdpfab/client"
 	"github.com/xdpfab/xdpfab/cq"
 	"github.com/xdpfab/xdpfab/ctl"
 	"github.com/xdpfab/xdpfab/dataplane"
@@ -79,8 +80,25 @@ func TestRestartChargesInheritedEndpoints(t *testing.T) {
 	n.stopAgent(syscall.SIGKILL)
 	n.startAgent(flags...)
 	wantErrno(t, "a third slot after the restart, the application still running", open(), fi.EDQUOT)
-	if got := strings.Count(n.logs.String(), "charged an endpoint an earlier agent prepared"); got != 1 {
-		t.Errorf("the restarted agent charged %d endpoints, want the application's only:\n%s", got, grepLines(n.logs.String(), "charged"))
+	if got := strings.Count(n.logs.String(), "op=ep.charge"); got != 1 || !strings.Contains(n.logs.String(), "charged_uid=65534") {
+		t.Errorf("the restarted agent charged %d endpoints, want the application's only, to uid 65534:\n%s", got, grepLines(n.logs.String(), "ep.charge"))
+	}
+	// status names the application as the owner of its endpoint.
+	if c, err := client.Dial(n.socket); err != nil {
+		t.Fatal(err)
+	} else {
+		st, err := c.Status()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners := map[string]int32{}
+		for _, e := range st.Endpoints {
+			owners[e.Local] = e.OwnerPID
+		}
+		if got := owners[appAddr.String()]; got != int32(cmd.Process.Pid) {
+			t.Errorf("status: owner of %v is %d, want the application's pid %d", appAddr, got, cmd.Process.Pid)
+		}
 	}
 
 	cmd.Process.Kill()
