@@ -222,6 +222,13 @@ type SerialGroup struct{ _ byte } // not zero-sized: each is a distinct pointer
 // NewSerialGroup returns a new domain for fi.ThreadDomain endpoints.
 func NewSerialGroup() *SerialGroup { return &SerialGroup{} }
 
+// preparing clears what a prepared endpoint's preparing process does not
+// run (Prepare, Domain.Prepare): its data path (CQs, progress, threading)
+// is the adopting application's.
+func (a *Attr) preparing() {
+	a.TxCQ, a.RxCQ, a.RxCQs, a.Progress, a.Threading, a.SerialGroup = nil, nil, nil, ProgressManual, fi.ThreadSafe, nil
+}
+
 // serialized reports whether the application serializes every call on
 // the endpoint and nothing of the endpoint's own runs beside it: its
 // device may leave out its locks (optMutex).

@@ -109,8 +109,12 @@ func acquireDevice(ifindex, queues int, a *Attr) (*device, error) {
 		// Its endpoints run without locks, for the calls of their
 		// domain only.
 		if d.unlocked && (!a.serialized() || a.SerialGroup == nil || a.SerialGroup != d.serial) {
+			group := "of no serial group"
+			if a.SerialGroup != nil {
+				group = "of another serial group"
+			}
 			return nil, fmt.Errorf("the interface's endpoints in this process run without locks for the calls of their domain (%v, with their serial group); this one is %v, progress %d, %s: %w",
-				fi.ThreadDomain, a.Threading, a.Progress, map[bool]string{true: "of another serial group", false: "of no serial group"}[a.SerialGroup != nil], fi.EBUSY)
+				fi.ThreadDomain, a.Threading, a.Progress, group, fi.EBUSY)
 		}
 		// The endpoint's sockets share the device's UMEM, so they are
 		// bound the way its first socket was.

@@ -213,7 +213,7 @@ func (d *Domain) Prepare(dp *loader.Objects, attr Attr) (_ *Prepared, err error)
 	if err := checkDataplane(dp); err != nil {
 		return nil, err
 	}
-	attr.TxCQ, attr.RxCQ, attr.RxCQs, attr.Progress, attr.Threading, attr.SerialGroup = nil, nil, nil, ProgressManual, fi.ThreadSafe, nil
+	attr.preparing()
 	if err := attr.validateKernel(); err != nil {
 		return nil, err
 	}

@@ -409,38 +409,33 @@ func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 // (RecvStats.ParkDropped). The caller holds c.mu.
 func (c *rxCtx) park(f frameRef) {
 	d := c.ep.dev
-	if pq := d.parkedQ; pq != nil && int(pq[f.q].Load()) >= d.fillShare/2 &&
-		(len(c.parked) >= parkFloor || int(pq[f.q].Load()) >= d.fillShare-d.fillShare/8) {
-		// About half the queue's fill share is parked (on a device of
-		// several queues one flow can reach that long before the
-		// device's budget; contexts of a locked device may pass the
-		// check together): more would empty the queue's fill ring, and
-		// with no frame arriving no drop below would ever free one. The
-		// oldest of the queue's parked frames here makes room, else this
-		// one is dropped. A context holding fewer than parkFloor parks
-		// anyway while seven eighths of the share are not parked: the
-		// others' frames cannot take its floor away.
-		c.ep.parkDropped.Add(1)
-		i := slices.IndexFunc(c.parked, func(p frameRef) bool { return p.claim == nil && p.q == f.q })
-		if i < 0 {
-			c.release(f)
-			return
+	victim := func(p frameRef) bool { return p.claim == nil }
+	var over bool
+	if pq := d.parkedQ; pq != nil {
+		// About half the queue's fill share parked (on a device of several
+		// queues one flow can reach that long before the device's budget;
+		// contexts of a locked device may pass the check together): more
+		// would empty the queue's fill ring, and with no frame arriving no
+		// drop would ever free one. The oldest of the queue's parked
+		// frames here makes room. A context holding fewer than parkFloor
+		// parks anyway while seven eighths of the share are not parked:
+		// the others' frames cannot take its floor away.
+		n := int(pq[f.q].Load())
+		if over = n >= d.fillShare/2 && (len(c.parked) >= parkFloor || n >= d.fillShare-d.fillShare/8); over {
+			victim = func(p frameRef) bool { return p.claim == nil && p.q == f.q }
 		}
-		c.unpark(c.parked[i])
-		c.release(c.parked[i])
-		c.parked = slices.Delete(c.parked, i, i+1)
-		c.parked = append(c.parked, f)
-		c.parkedOne(f)
-		return
 	}
-	limit := c.ep.parkLimit
-	if d.parkBudget > 0 {
-		limit = min(limit, max(parkFloor, d.parkBudget/max(int(d.rxCtxs.Load()), 1)))
+	if !over {
+		limit := c.ep.parkLimit
+		if d.parkBudget > 0 {
+			limit = min(limit, max(parkFloor, d.parkBudget/max(int(d.rxCtxs.Load()), 1)))
+		}
+		over = len(c.parked) >= limit ||
+			d.parkBudget > 0 && d.parked.Load() >= int64(d.parkBudget) && len(c.parked) >= parkFloor
 	}
-	if len(c.parked) >= limit ||
-		d.parkBudget > 0 && d.parked.Load() >= int64(d.parkBudget) && len(c.parked) >= parkFloor {
-		i := slices.IndexFunc(c.parked, func(p frameRef) bool { return p.claim == nil })
+	if over {
 		c.ep.parkDropped.Add(1)
+		i := slices.IndexFunc(c.parked, victim)
 		if i < 0 {
 			c.release(f)
 			return
@@ -518,7 +513,7 @@ func (c *rxCtx) drainParked(only uint64) error {
 		return fmt.Errorf("ep recv: %w", err)
 	}
 	kept := c.parked[:0]
-	gone, short := 0, false
+	short := false
 	for i := range c.parked {
 		f := c.parked[i]
 		if n == 0 {
@@ -544,10 +539,7 @@ func (c *rxCtx) drainParked(only uint64) error {
 		}
 		if c.deliver(&f, true) {
 			n--
-			gone++
-			if d := c.ep.dev; d.parkedQ != nil {
-				d.parkedQ[f.q].Add(-1)
-			}
+			c.unpark(f)
 		} else {
 			kept = append(kept, f)
 		}
@@ -559,7 +551,6 @@ func (c *rxCtx) drainParked(only uint64) error {
 	}
 	clear(c.parked[len(kept):])
 	c.parked = kept
-	c.ep.dev.parked.Add(-int64(gone))
 	c.cq.Commit()
 	c.flush()
 	return nil
