@@ -41,14 +41,7 @@ func BenchmarkOneWay(b *testing.B) {
 			r := newRig(b, rigOpts{epAttr: func(a *ep.Attr) {
 				a.Threading = c.th
 				if c.th == fi.ThreadDomain {
-					for _, q := range []**cq.CQ{&a.TxCQ, &a.RxCQ} {
-						x, err := cq.Open(cq.Attr{Size: 4096, Format: cq.FormatTagged, SingleProducer: true, SingleConsumer: true})
-						if err != nil {
-							b.Fatal(err)
-						}
-						b.Cleanup(func() { x.Close() })
-						*q = x
-					}
+					a.TxCQ, a.RxCQ = cqPair(b, cq.Attr{Size: 4096, Format: cq.FormatTagged, SingleProducer: true, SingleConsumer: true})
 				}
 				rxs = append(rxs, a.RxCQ)
 			}})

@@ -56,9 +56,7 @@ func TestRefillBatched(t *testing.T) {
 	t.Cleanup(func() { dom.Close() })
 	for i, c := range []struct{ ring, want int }{{64, 16}, {16, 4}} {
 		local := netip.AddrPortFrom(r.a.local.Addr(), uint16(7100+i))
-		tx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
-		rx, _ := cq.Open(cq.Attr{Size: 256, Format: cq.FormatMsg})
-		t.Cleanup(func() { tx.Close(); rx.Close() })
+		tx, rx := cqPair(t, cq.Attr{Size: 256, Format: cq.FormatMsg})
 		var p *ep.Prepared
 		if err := r.a.h.Do(func() (err error) {
 			p, err = dom.Prepare(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: local, AV: r.a.av, RingSize: c.ring, Caps: fi.Msg})
@@ -165,9 +163,7 @@ func TestParkFloorAfterFlood(t *testing.T) {
 		send(t, r.b, func() error { return r.b.ep.Inject([]byte(fmt.Sprint("junk", i)), to) })
 		r.a.ep.Progress()
 	}
-	tx, _ := cq.Open(cq.Attr{Size: 64})
-	rx, _ := cq.Open(cq.Attr{Size: 64, Format: cq.FormatMsg})
-	t.Cleanup(func() { tx.Close(); rx.Close() })
+	tx, rx := cqPair(t, cq.Attr{Size: 64, Format: cq.FormatMsg})
 	local := netip.AddrPortFrom(r.a.local.Addr(), port+1)
 	late := openEP(t, r.a.h, r.dp, ep.Attr{Ifname: testbed.LinkName, Local: local, AV: r.a.av, TxCQ: tx, RxCQ: rx, BindMode: dataplane.BindCopy})
 	toLate := r.b.insert(t, local)

@@ -125,6 +125,21 @@ func (s *side) insert(t testing.TB, peer netip.AddrPort) fi.Addr {
 	return out[0]
 }
 
+// cqPair opens a transmit and a receive CQ of attr, closed when the test
+// ends.
+func cqPair(t testing.TB, attr cq.Attr) (tx, rx *cq.CQ) {
+	t.Helper()
+	for _, q := range []**cq.CQ{&tx, &rx} {
+		c, err := cq.Open(attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		*q = c
+	}
+	return tx, rx
+}
+
 // tryRead returns the next completion of q (or its error entry), waiting up
 // to a generous deadline that only guards against hangs. Safe to call from
 // any goroutine.

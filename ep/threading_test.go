@@ -66,15 +66,7 @@ func TestThreadingModels(t *testing.T) {
 	r := newRig(t, rigOpts{epAttr: func(a *ep.Attr) { a.Threading, a.SerialGroup = fi.ThreadDomain, g }})
 	h := r.bed.A
 	base := func(p uint16, th fi.Threading, pm ep.ProgressMode) ep.Attr {
-		tx, err := cq.Open(cq.Attr{Size: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rx, err := cq.Open(cq.Attr{Size: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tx.Close(); rx.Close() })
+		tx, rx := cqPair(t, cq.Attr{Size: 64})
 		return ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(h.IPv4, p), AV: r.a.av, TxCQ: tx, RxCQ: rx,
 			BindMode: dataplane.BindCopy, Threading: th, Progress: pm}
 	}
@@ -165,9 +157,7 @@ func TestThreadingModels(t *testing.T) {
 // after an agent restart.
 func TestOpenRefusesCharged(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	tx, _ := cq.Open(cq.Attr{Size: 64})
-	rx, _ := cq.Open(cq.Attr{Size: 64})
-	t.Cleanup(func() { tx.Close(); rx.Close() })
+	tx, rx := cqPair(t, cq.Attr{Size: 64})
 	err := r.bed.A.Do(func() error {
 		e, err := ep.Open(r.dp, ep.Attr{Ifname: testbed.LinkName, Local: netip.AddrPortFrom(r.bed.A.IPv4, port+5), AV: r.a.av,
 			TxCQ: tx, RxCQ: rx, BindMode: dataplane.BindCopy, Charged: true, ChargedUID: 65534})
