@@ -63,7 +63,7 @@ func xdpfabBreakdown(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (di
 	total := iters + warm
 	deadline := time.Now().Add(2 * time.Minute)
 	// ping[i] is message i from the client, pong[i] the echo.
-	ping, pong := make([]hop, total), make([]hop, total)
+	ping, pong := samples[hop](total)[:total], samples[hop](total)[:total]
 	srvDone := goOnThread(nil, cfg.cpuLoad, func() error {
 		buf := make([]byte, 9000)
 		for i := range total {

@@ -335,7 +335,7 @@ func xdpfabPP(cfg *config, cli, srv *xdpfabRx, size, iters, warm int) (ppResult,
 		}
 		return nil
 	})
-	halves := make([]time.Duration, 0, iters)
+	halves := samples[time.Duration](iters)
 	var elapsed time.Duration
 	err := onThread(nil, cfg.cpuMeasure, func() error {
 		msg, buf := make([]byte, size), make([]byte, 9000)
@@ -399,7 +399,7 @@ func udpPingPong(cfg *config, bd *testbed.Bed, size, iters, warm int) (ppResult,
 		}
 		return nil
 	})
-	halves := make([]time.Duration, 0, iters)
+	halves := samples[time.Duration](iters)
 	var elapsed time.Duration
 	err := onThread(nil, cfg.cpuMeasure, func() error {
 		msg, buf := make([]byte, size), make([]byte, 9000)

@@ -107,6 +107,7 @@ func chanThroughput(cfg *config, n int) (float64, error) {
 func wakeup(cfg *config, samples int, recv func() uint64, send func(stamp uint64)) (p50, p99 time.Duration, err error) {
 	base := time.Now()
 	lat := make([]time.Duration, samples)
+	clear(lat) // written now, not by the timed loop (see samples)
 	var asleep atomic.Bool
 	rd := goPlain(func() error {
 		for i := range samples {

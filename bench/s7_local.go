@@ -230,7 +230,7 @@ func localSide(role string) (localChildResult, error) {
 	}
 	x.want = 0 // the server
 	msg := make([]byte, size)
-	halves := make([]time.Duration, 0, iters)
+	halves := samples[time.Duration](iters)
 	var startT time.Time
 	for i := range total {
 		if i == warm {

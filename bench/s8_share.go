@@ -438,7 +438,7 @@ func shareApp() (shareResult, error) {
 // in (true), giving the CPU up every other empty poll (others share it),
 // and reports the count and the round trips' p50 and p99.
 func pingLoop(dur time.Duration, send func() error, poll func() (bool, error)) (shareResult, error) {
-	rtts := make([]time.Duration, 0, 1<<16)
+	rtts := samples[time.Duration](1 << 16)
 	end := time.Now().Add(dur)
 	// Two clock reads per round trip: its start is also the loop's check.
 	for t0 := time.Now(); t0.Before(end); t0 = time.Now() {

@@ -73,3 +73,15 @@ func pinned(cpu int, fn func() error) (err error) {
 	}()
 	return fn()
 }
+
+// samples returns an empty slice with room for n values whose memory is
+// already written. A fresh allocation of that size comes from pages the
+// process has never touched, and the timed loop's appends would take a
+// page fault every 512 samples (several microseconds in a VM) that the
+// result would charge to the code under test. (bench/xskfloor does the
+// same for its own array.)
+func samples[T any](n int) []T {
+	s := make([]T, n)
+	clear(s)
+	return s[:0]
+}

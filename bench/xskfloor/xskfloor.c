@@ -260,6 +260,13 @@ static int client(const char *ifname, uint16_t port, const char **argv) {
 	for (int i = 0; i < size; i++)
 		msg[i] = i;
 	int64_t *halves = malloc(sizeof(int64_t) * iters);
+	if (!halves) {
+		fprintf(stderr, "xskfloor: out of memory\n");
+		return 1;
+	}
+	/* Written now, not by the timed loop: its first write to each page
+	 * would fault (as the Go side's sample arrays, bench/threads.go). */
+	memset(halves, 0, sizeof(int64_t) * iters);
 	setup(ifname);
 	int64_t start = 0;
 	for (int i = 0; i < warm + iters; i++) {
