@@ -85,8 +85,11 @@ type parkedMsg struct {
 // (in arrival order), then same-host ones. The caller holds c.mu.
 func (c *rxCtx) parkedMsgs() []parkedMsg {
 	var out []parkedMsg
-	for i, f := range c.parked {
-		h, payload, comp, ok := c.frameMsg(f, true)
+	for i := range c.parked {
+		f := &c.parked[i]
+		var h wire.Hdr
+		var comp msgComp
+		payload, ok := c.frameMsg(f, true, &h, &comp)
 		if !ok || h.Op != wire.OpTagged {
 			continue
 		}

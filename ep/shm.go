@@ -806,7 +806,7 @@ func (c *rxCtx) localComp(h wire.Hdr, src *shmSrc) cq.Completion {
 		comp.Src, comp.SrcUnknown = fi.AddrNotAvail, true
 		comp.SrcRaw = fi.EncodeSockaddr(c.raw[:0], src.addr)
 	}
-	msgFlags(&comp, h)
+	msgFlags(&comp, &h)
 	return comp
 }
 

@@ -58,14 +58,23 @@ func PutHdr(b []byte, h Hdr) int {
 // ParseHdr decodes the header at the start of b. ok is false when b is
 // short or the magic or version do not match.
 func ParseHdr(b []byte) (h Hdr, ok bool) {
-	if len(b) < HdrLen || binary.BigEndian.Uint32(b) != Magic || b[4] != Version {
-		return h, false
+	ok = h.Decode(b)
+	return h, ok
+}
+
+// Decode is ParseHdr into h (see Meta.Decode). h nil is false.
+func (h *Hdr) Decode(b []byte) bool {
+	if h == nil {
+		return false
 	}
-	return Hdr{
-		Op: b[5], Flags: b[6], RxCtx: b[7],
-		Group:   binary.BigEndian.Uint32(b[8:]),
-		AuthKey: binary.BigEndian.Uint32(b[12:]),
-		Tag:     binary.BigEndian.Uint64(b[16:]),
-		CQData:  binary.BigEndian.Uint64(b[24:]),
-	}, true
+	if len(b) < HdrLen || binary.BigEndian.Uint32(b) != Magic || b[4] != Version {
+		*h = Hdr{}
+		return false
+	}
+	h.Op, h.Flags, h.RxCtx = b[5], b[6], b[7]
+	h.Group = binary.BigEndian.Uint32(b[8:])
+	h.AuthKey = binary.BigEndian.Uint32(b[12:])
+	h.Tag = binary.BigEndian.Uint64(b[16:])
+	h.CQData = binary.BigEndian.Uint64(b[24:])
+	return true
 }

@@ -104,6 +104,8 @@ var subjects = []subject{
 	{zero: fi.Threading(0)},
 
 	{nilPtr: (*wire.Frame)(nil), zero: &wire.Frame{}, zeroWorks: true},
+	{nilPtr: (*wire.Hdr)(nil), zero: &wire.Hdr{}, zeroWorks: true},
+	{nilPtr: (*wire.Meta)(nil), zero: &wire.Meta{}, zeroWorks: true},
 
 	{nilPtr: (*bpf.AVMeta)(nil), zero: &bpf.AVMeta{}, zeroWorks: true, name: "bpf.AVMeta"},
 	// bpf2go generates Objects.Close, which dereferences its receiver;
