@@ -60,7 +60,7 @@ func TestRemovalReinsertLive(t *testing.T) {
 		var d [1]dataplane.Desc
 		for range 100 {
 			if x.Receive(d[:]) == 1 {
-				m, ok := wire.ParseMeta(x.UMEM.Meta(d[0].Addr, wire.MetaLen))
+				m, ok := wire.ParseMeta(x.UMEM.Packet(d[0])) // the descriptor's first bytes
 				x.Fill([]uint64{x.UMEM.FrameAddr(d[0].Addr)})
 				if !ok {
 					t.Fatal("no metadata")

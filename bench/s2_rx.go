@@ -417,7 +417,7 @@ func (x *asavieRx) loop(stop *atomic.Bool, got, bad *atomic.Uint64) error {
 		descs := x.xsk.Receive(numRx)
 		var b uint64
 		for _, d := range descs {
-			meta := x.xsk.GetFrame(xdp.Desc{Addr: d.Addr - wire.MetaLen, Len: wire.MetaLen})
+			meta := x.xsk.GetFrame(xdp.Desc{Addr: d.Addr, Len: wire.MetaLen}) // the descriptor's first bytes
 			if binary.NativeEndian.Uint64(meta) != x.want {
 				b++
 			}

@@ -382,8 +382,12 @@ int xdpfab_rx(struct xdp_md *ctx)
 	__u32 ep_id = ep->ep_id;
 
 	/* 8. The metadata in front of the frame, and for an endpoint being
-	 * measured (XDPFAB_EPF_STAMP) a stamp in front of that (stamp.h).
-	 * Packet pointers are invalid after adjust_meta. */
+	 * measured (XDPFAB_EPF_STAMP) a stamp between the two (stamp.h).
+	 * Both are pushed in front of the packet with bpf_xdp_adjust_head, so
+	 * that they reach the socket as the descriptor's first bytes: the
+	 * kernel's own metadata area (bpf_xdp_adjust_meta) is refused to XDP
+	 * programs by some kernels (docs/platform.md#xdp-metadata).
+	 * Packet pointers are invalid after either helper. */
 	if ((ep->flags & XDPFAB_EPF_STAMP) && !stamp_frame(ctx, &l3_off, &hdr_off, &mflags))
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
 	/* struct rx_meta's last 16 bytes as two words (little endian, as every
@@ -392,11 +396,10 @@ int xdpfab_rx(struct xdp_md *ctx)
 	__u64 m2 = (__u64)ep_id | (__u64)mflags << 32 | (__u64)l3_off << 48;
 	__u64 m3 = (__u64)hdr_off | (__u64)payload_len << 16 | (__u64)pkt.src.family << 32 |
 		   (__u64)XDPFAB_META_VERSION << 40 | (__u64)rx_ctx << 48;
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct rx_meta)))
+	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct rx_meta)))
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
-	data = (void *)(long)ctx->data;
-	struct rx_meta *meta = (void *)(long)ctx->data_meta;
-	if ((void *)(meta + 1) > data)
+	struct rx_meta *meta = (void *)(long)ctx->data;
+	if ((void *)(meta + 1) > (void *)(long)ctx->data_end)
 		return count(STAT_REDIRECT_FAIL, XDP_DROP);
 	__u64 *mw = (void *)meta;
 	mw[0] = fi_addr;

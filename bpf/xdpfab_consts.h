@@ -58,16 +58,17 @@ enum policy {
 #define XDPFAB_META_KNOWN 0x0001      /* source found: fi_addr/user_id valid */
 #define XDPFAB_META_SOURCE_ERR 0x0002 /* unknown source under UNKNOWN_SOURCE_ERR */
 #define XDPFAB_META_USER_ID 0x0004    /* report user_id in place of fi_addr */
-#define XDPFAB_META_STAMP 0x0008      /* the frame starts with an XDP stamp (XDPFAB_EPF_STAMP) */
-#define XDPFAB_META_VERSION 1
+#define XDPFAB_META_STAMP 0x0008      /* the packet starts with an XDP stamp (XDPFAB_EPF_STAMP) */
+/* 2: the metadata is the descriptor's first 32 bytes (bpf_xdp_adjust_head);
+ * 1 had it in the kernel's metadata area in front of the descriptor. */
+#define XDPFAB_META_VERSION 2
 
 /* ep_val.flags */
 /* Measurement: put XDPFAB_STAMP_LEN bytes in front of every frame redirected
  * to the endpoint, bpf_ktime_get_ns() (CLOCK_MONOTONIC) as the program
  * redirects it, host byte order. The metadata flags the frame
- * (XDPFAB_META_STAMP) and its l3_off and hdr_off count the stamp. The stamp
- * is part of the frame because AF_XDP's copy mode copies only the metadata
- * and the frame: nothing in front of the metadata reaches the socket. */
+ * (XDPFAB_META_STAMP) and its l3_off and hdr_off count the stamp, which
+ * lies between the metadata and the Ethernet header. */
 #define XDPFAB_EPF_STAMP 0x01
 /* The agent prepared the endpoint and charged it to uid ep_val.owner_uid: a
  * restarted agent charges it again. XDP never reads it. */

@@ -184,8 +184,9 @@ struct authkey_val {
 	__u8 key[64];
 };
 
-/* Metadata in front of every redirected frame (bpf_xdp_adjust_meta). It
- * must stay a multiple of 4 bytes and at most 32. */
+/* Metadata in front of every redirected frame, pushed with
+ * bpf_xdp_adjust_head: a descriptor's first 32 bytes (wire.Meta). Its
+ * offsets count from the byte after it. */
 struct rx_meta {
 	__u64 fi_addr;
 	__u64 user_id;

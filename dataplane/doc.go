@@ -21,8 +21,11 @@
 //
 // Receive takes descriptors off the RX ring. A descriptor's frame belongs to
 // the caller until it is freed (UMEM.Free) or refilled (Fill). Metadata an
-// XDP program wrote with bpf_xdp_adjust_meta lies immediately before the
-// packet, in copy and in zero-copy mode: UMEM.Meta(desc.Addr, n) returns it.
+// XDP program pushed in front of the packet with bpf_xdp_adjust_head is
+// the descriptor's first bytes; metadata written with bpf_xdp_adjust_meta
+// (where the kernel lets XDP programs call it) lies immediately before the
+// descriptor, in copy and in zero-copy mode: UMEM.Meta(desc.Addr, n)
+// returns it.
 // To transmit, write a packet into a free frame (UMEM.Alloc, UMEM.Frame),
 // put its descriptor on the TX ring (Transmit), Kick, and later reclaim the
 // frame from the completion ring (Complete or CompleteFree).

@@ -44,9 +44,14 @@ func ExampleOpen() {
 			continue
 		}
 		for _, d := range descs[:n] {
-			meta := umem.Meta(d.Addr, 8)
+			// The program pushed 8 bytes of metadata in front of
+			// the packet (bpf_xdp_adjust_head).
 			pkt := umem.Packet(d)
-			fmt.Println(binary.NativeEndian.Uint64(meta), len(pkt))
+			if len(pkt) < 8 {
+				umem.Free(d.Addr)
+				continue
+			}
+			fmt.Println(binary.NativeEndian.Uint64(pkt[:8]), len(pkt)-8)
 			umem.Free(d.Addr)
 		}
 		s.FillFree()

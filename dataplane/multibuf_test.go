@@ -69,8 +69,8 @@ func testMultiBuffer(t *testing.T, sg bool) {
 		return
 	}
 	room := u.FrameSize() - dataplane.PacketHeadroom
-	if len(chain) != (len(frame)+room-1)/room {
-		t.Fatalf("%d-byte frame in %d descriptors, want %d of %d bytes", len(frame), len(chain), (len(frame)+room-1)/room, room)
+	if want := (metaLen + len(frame) + room - 1) / room; len(chain) != want {
+		t.Fatalf("%d-byte frame and its metadata in %d descriptors, want %d of %d bytes", len(frame), len(chain), want, room)
 	}
 	var got []byte
 	for i, d := range chain {
@@ -80,7 +80,7 @@ func testMultiBuffer(t *testing.T, sg bool) {
 		got = append(got, u.Packet(d)...)
 	}
 	checkMeta(t, u, chain[0], bed.A.Ifindex)
-	if !bytes.Equal(got, frame) {
+	if !bytes.Equal(got[metaLen:], frame) {
 		t.Fatalf("the chain's %d bytes differ from the %d-byte frame", len(got), len(frame))
 	}
 }

@@ -74,7 +74,7 @@ func TestLiveFramesWithMetadata(t *testing.T) {
 		t.Fatalf("received %d of %d live frames; stats %+v", n, repeat, st)
 	}
 	for _, d := range descs[:n] {
-		if !bytes.Equal(u.Packet(d), frame) {
+		if !bytes.Equal(u.Packet(d)[metaLen:], frame) {
 			t.Fatalf("frame at %#x differs: % x", d.Addr, u.Packet(d))
 		}
 		checkMeta(t, u, d, bed.B.Ifindex)

@@ -26,7 +26,8 @@ const (
 // it writes into a UMEM frame (XDP_PACKET_HEADROOM), on top of
 // UMEMConfig.Headroom. XDP metadata is copied into its end, immediately
 // before the packet; bpf_xdp_adjust_meta allows at most 32 bytes (in
-// multiples of 4), so metadata always fits.
+// multiples of 4), so metadata always fits. A program that pushes its
+// metadata with bpf_xdp_adjust_head takes it from this headroom as well.
 const PacketHeadroom = xdpPacketHeadroom
 
 // UMEMConfig sizes a UMEM. Zero fields take the defaults. It is plain data
@@ -356,8 +357,10 @@ func (u *UMEM) Packet(d Desc) []byte {
 
 // Meta returns the n bytes immediately before addr, where the kernel puts
 // the metadata an XDP program wrote with bpf_xdp_adjust_meta (in copy and
-// zero-copy mode alike). It returns nil if n bytes do not fit between the
-// frame start and addr. The length of the metadata is a contract between the
+// zero-copy mode alike), or that a reader moved a descriptor past (package
+// ep does so with the metadata xdpfab's program pushes in front of the
+// packet). It returns nil if n bytes do not fit between the frame start and
+// addr. The length of the metadata is a contract between the
 // XDP program and its reader: the descriptor does not carry it.
 func (u *UMEM) Meta(addr uint64, n int) []byte {
 	if u == nil || u.mem == nil || n <= 0 || addr < uint64(n) || addr-uint64(n) < u.FrameAddr(addr) {

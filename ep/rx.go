@@ -369,6 +369,7 @@ func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 	} else {
 		got = s.Take(c.descs[:n])
 	}
+	inFrame(c.descs[:got], len(c.partial[q]) == 0)
 	for _, d := range c.descs[:got] {
 		c.ep.umem.Prefetch(d, wire.MetaLen, rxPrefetch)
 	}
@@ -390,6 +391,29 @@ func (c *rxCtx) take(q int, s *dataplane.Socket) (got int, full bool) {
 	}
 	c.cq.Commit()
 	return got, false
+}
+
+// inFrame moves each packet's first descriptor past the metadata the XDP
+// program pushed in front of the packet (docs/platform.md#xdp-metadata): from here
+// on a descriptor is the packet, and UMEM.Meta(d.Addr, wire.MetaLen) its
+// metadata, the bytes before it. first says descs[0] starts a packet (no
+// chain of its queue is open); a descriptor after one with PktContd
+// continues that packet and has no metadata. A first descriptor shorter
+// than the metadata (no frame of xdpfab's program) becomes empty, which
+// frameMsg refuses.
+func inFrame(descs []dataplane.Desc, first bool) {
+	for i := range descs {
+		d := &descs[i]
+		if first {
+			if d.Len >= wire.MetaLen {
+				d.Addr += wire.MetaLen
+				d.Len -= wire.MetaLen
+			} else {
+				d.Len = 0
+			}
+		}
+		first = d.Options&dataplane.PktContd == 0
+	}
 }
 
 // park keeps frame f, which no posted receive matches, for one posted

@@ -9,10 +9,13 @@ import (
 
 // The metadata's constants (bpf/xdpfab_consts.h: XDPFAB_META_*).
 const (
-	// MetaLen is the size of the metadata in front of a redirected frame.
+	// MetaLen is the size of the metadata in front of a redirected frame:
+	// the first MetaLen bytes of its receive descriptor (docs/wire.md).
 	MetaLen = 32
-	// MetaVersion is the metadata version ParseMeta accepts.
-	MetaVersion = 1
+	// MetaVersion is the metadata version ParseMeta accepts: 2, the
+	// metadata in the frame (pushed with bpf_xdp_adjust_head); version 1
+	// had it in the kernel's metadata area in front of the descriptor.
+	MetaVersion = 2
 )
 
 // Meta.Flags bits.
@@ -20,10 +23,10 @@ const (
 	MetaKnown     = 0x0001 // the source is in the AV: FiAddr and UserID are valid
 	MetaSourceErr = 0x0002 // unknown source under the source-error policy
 	MetaUserID    = 0x0004 // report UserID in place of FiAddr
-	// MetaStamp: the frame starts with StampLen bytes, the time the XDP
+	// MetaStamp: the packet starts with StampLen bytes, the time the XDP
 	// program redirected it (bpf_ktime_get_ns: CLOCK_MONOTONIC, host byte
-	// order), in front of the Ethernet header; L3Off and HdrOff count
-	// them. Only endpoints being measured ask for it (bpf.EPFStamp).
+	// order), between the metadata and the Ethernet header; L3Off and
+	// HdrOff count them. Only endpoints being measured ask for it (bpf.EPFStamp).
 	MetaStamp = 0x0008
 )
 

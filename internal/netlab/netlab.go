@@ -67,6 +67,7 @@ type Bed struct {
 	Net4, Net6 netip.Prefix
 
 	opts Options
+	injectState
 }
 
 // Host is one namespace with one interface (LinkName) on the bed's segment.
@@ -109,6 +110,7 @@ func build(opts Options, cleanup func(func())) (*Bed, error) {
 		Net6: netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, byte(x >> 8), byte(x)}), 64),
 		opts: opts,
 	}
+	bed.cleanup = cleanup
 	var spaces []*NS
 	cleanup(func() {
 		for i := len(spaces) - 1; i >= 0; i-- {

@@ -215,8 +215,8 @@ func (t *Tables) RunLinear(frame []byte, linear int, ctx bpf.XDPMD) Result {
 	}
 	r.Slot = ep.XskBase + uint32(rxCtx)*uint32(ep.Queues) + queue
 
-	// 8. The metadata (bpf_xdp_adjust_meta always has the room here),
-	// behind a stamp for an endpoint being measured.
+	// 8. The metadata (bpf_xdp_adjust_head always has the room here), in
+	// front of a stamp for an endpoint being measured.
 	m.EpID = ep.EpId
 	m.L3Off, m.HdrOff = uint16(d.L3Off), uint16(hdrOff)
 	m.PayloadLen = uint16(udpLen - minUDPLen)

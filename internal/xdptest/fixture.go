@@ -4,11 +4,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/xdpfab/xdpfab/bpf"
 	"github.com/xdpfab/xdpfab/dataplane"
 	"github.com/xdpfab/xdpfab/internal/testbed"
 	"github.com/xdpfab/xdpfab/loader"
-	"golang.org/x/sys/unix"
 )
 
 // XSK is an AF_XDP socket a test bound on a host and put in XSKMAP slots.
@@ -51,18 +49,10 @@ func BindXSK(tb testing.TB, dp *loader.Objects, h *testbed.Host, queue int, slot
 	return &XSK{Socket: s, UMEM: u}
 }
 
-// Inject runs the program on f repeat times in live-frame mode
-// (BPF_F_TEST_XDP_LIVE_FRAMES), as if f arrived on h's interface, queue
-// 0: redirects really reach bound sockets. It runs inside h's namespace,
-// where the kernel resolves the ingress ifindex.
+// Inject makes the program see f repeat times as if f arrived on h's
+// interface, queue 0: redirects really reach bound sockets
+// (testbed.Host.Inject: live-frame test runs, or real frames from another
+// host of the bed where the kernel refuses those).
 func Inject(dp *loader.Objects, h *testbed.Host, f []byte, repeat int) error {
-	return h.Do(func() error {
-		_, err := dp.Program.Run(&ebpf.RunOptions{
-			Data:    f,
-			Repeat:  uint32(repeat),
-			Flags:   unix.BPF_F_TEST_XDP_LIVE_FRAMES,
-			Context: bpf.XDPMD{DataEnd: uint32(len(f)), IngressIfindex: uint32(h.Ifindex)},
-		})
-		return err
-	})
+	return h.Inject(dp.Program, f, repeat)
 }

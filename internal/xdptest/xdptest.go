@@ -51,16 +51,16 @@ func RunProgram(prog *ebpf.Program, f []byte, ctx bpf.XDPMD) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("test run: %w", err)
 	}
-	// The output is the metadata, the linear part and the fragments
-	// (data_size_out); the context's data_end ends the linear part only.
+	// The output is the linear part and the fragments (data_size_out). The
+	// program grows a frame at its head only to push the metadata in front
+	// of it (and a stamp between the two): a frame that came out at least
+	// wire.MetaLen longer than it went in starts with the metadata.
 	out := opts.DataOut
-	r := Result{Verdict: ret}
-	// The context's data offset is the metadata length in front of the frame.
-	metaLen := int(ctxOut.Data)
-	if metaLen >= wire.MetaLen {
-		r.Meta, r.HasMeta = wire.ParseMeta(out[metaLen-wire.MetaLen : metaLen])
+	r := Result{Verdict: ret, Frame: out}
+	if len(out) >= len(f)+wire.MetaLen {
+		r.Meta, r.HasMeta = wire.ParseMeta(out[:wire.MetaLen])
+		r.Frame = out[wire.MetaLen:]
 	}
-	r.Frame = out[min(metaLen, len(out)):]
 	return r, nil
 }
 
