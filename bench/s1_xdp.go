@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -36,17 +37,28 @@ var (
 	probe6 = netip.MustParseAddrPort("[2001:2:ffff::fe]:47999")
 )
 
+// noLiveFrames records that the kernel refused a live-frame test run
+// (EPERM: liveFrames), so that the sections measure without them and say
+// so.
+var noLiveFrames atomic.Bool
+
 // liveRun is a live-frame testRun of prog, and the growth of dp's
 // redirect_failed counter over the run. A run a signal interrupts (EINTR)
 // has already sent part of its frames, so it is started again with the
 // counter read anew (a plain testRun would count those frames twice).
 func liveRun(dp *loader.Objects, prog *ebpf.Program, data []byte, repeat uint32) (time.Duration, uint64, error) {
+	return countedRun(dp, prog, data, repeat, true)
+}
+
+// countedRun is liveRun, or with live false a plain test run (the kernel
+// hands every repetition the same buffer: see newRewriterPop).
+func countedRun(dp *loader.Objects, prog *ebpf.Program, data []byte, repeat uint32, live bool) (time.Duration, uint64, error) {
 	for {
 		c0, err := dp.Counters()
 		if err != nil {
 			return 0, 0, err
 		}
-		_, d, err := testRunOnce(prog, data, repeat, true, 0, 0)
+		_, d, err := testRunOnce(prog, data, repeat, live, 0, 0)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -137,6 +149,11 @@ func runXDPCost(r *results, cfg *config) error {
 		dp.Close()
 	}
 	r.Setup["xdp_cold_frames"] = fmt.Sprint(frames)
+	if noLiveFrames.Load() {
+		r.note("xdp", "this kernel refuses live-frame test runs (EPERM): the steady state ran as plain test runs of the same "+
+			"repeat count, the rewriter popping the metadata the last run pushed (bpf_xdp_adjust_head, in both programs' runs; "+
+			"docs/platform.md#kernels-without-live-frames)")
+	}
 	return nil
 }
 
@@ -269,11 +286,21 @@ func xdpCostOne(r *results, cfg *config, dp *loader.Objects, empty, drop *ebpf.P
 // repeat packets shaped like base, each with a source from sources, through
 // the rewriter into the drop-only program and into xdpfab, cfg.reps times
 // each, interleaved. Every packet must be translated.
+//
+// Where the kernel refuses live-frame runs (EPERM: docs/platform.md#kernels-without-live-frames)
+// the runs are plain ones, whose rewriter first pops what the last run
+// pushed in front of the frame (newRewriterPop); noLiveFrames records it
+// for the report.
 func steadyCost(cfg *config, dp *loader.Objects, drop *ebpf.Program, v6 bool, base []byte, sources []netip.AddrPort, repeat uint32, partial bool) (costs [2][]float64, err error) {
 	table := rewriteTable(base, sources, partial)
+	live := liveFrames()
+	pop := 0
+	if !live {
+		pop = len(base)
+	}
 	var progs [2]*rewriter
 	for i, tail := range []*ebpf.Program{drop, dp.Program} {
-		if progs[i], err = newRewriter(v6, table, tail); err != nil {
+		if progs[i], err = newRewriterPop(v6, table, tail, pop); err != nil {
 			return costs, err
 		}
 		defer progs[i].Close()
@@ -282,7 +309,7 @@ func steadyCost(cfg *config, dp *loader.Objects, drop *ebpf.Program, v6 bool, ba
 	err = onThread(nil, cfg.cpuMeasure, func() error {
 		for range cfg.reps {
 			for i, p := range progs {
-				d, n, err := liveRun(dp, p.prog, base, repeat)
+				d, n, err := countedRun(dp, p.prog, base, repeat, live)
 				if err != nil {
 					return err
 				}

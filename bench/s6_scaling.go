@@ -42,6 +42,11 @@ type scaleRun struct {
 }
 
 func runScaling(r *results, cfg *config) error {
+	if !liveFrames() {
+		r.note("scale", "not measured: this kernel refuses live-frame test runs (EPERM), and the section's load is the in-kernel "+
+			"injector (docs/platform.md#kernels-without-live-frames)")
+		return nil
+	}
 	senders := []int{1, 16, 256, 4096, 65536}
 	sizes := []int{1, 1000, 65536, 1_000_000}
 	if cfg.quick {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -81,6 +82,27 @@ func testRunOnce(prog *ebpf.Program, data []byte, repeat uint32, live bool, ifin
 	}
 	return attr.Retval, time.Duration(attr.Duration), nil
 }
+
+// liveFrames reports whether the kernel runs live-frame test runs (the
+// in-kernel injector of sections 1, 2 and 6); some refuse them with EPERM
+// even to root (docs/platform.md#kernels-without-live-frames). It asks
+// once, with one frame through a program that drops it.
+func liveFrames() bool {
+	liveOnce.Do(func() {
+		drop, err := retProgram(xdpDrop)
+		if err != nil {
+			return
+		}
+		defer drop.Close()
+		frame := make([]byte, 64)
+		if _, _, err := testRun(drop, frame, 1, true, 0, 0); errors.Is(err, unix.EPERM) {
+			noLiveFrames.Store(true)
+		}
+	})
+	return !noLiveFrames.Load()
+}
+
+var liveOnce sync.Once
 
 // retProgram is an XDP program that only returns verdict (the empty
 // program of the cost measurements, and the XDP_DROP ceiling).
@@ -236,6 +258,16 @@ func udpCsumFor(base []byte, src netip.AddrPort, partial bool) [2]byte {
 }
 
 func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter, error) {
+	return newRewriterPop(v6, entries, tail, 0)
+}
+
+// newRewriterPop is newRewriter for plain (not live-frame) test runs of
+// frames of frameLen bytes: a plain run hands every repetition the buffer
+// as the last one left it, so the rewriter first takes off what the
+// program under test pushed in front of the frame (xdpfab's metadata)
+// with bpf_xdp_adjust_head, called on every run, also with 0 (both
+// programs of a comparison pay that call). frameLen 0: no such step.
+func newRewriterPop(v6 bool, entries []rewriteEntry, tail *ebpf.Program, frameLen int) (*rewriter, error) {
 	n := len(entries)
 	if n == 0 || n&(n-1) != 0 {
 		return nil, fmt.Errorf("rewriter: %d entries, want a power of two", n)
@@ -265,6 +297,18 @@ func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter
 	rxCtx := 14 + ipLen + 8 + 7
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
+	}
+	if frameLen > 0 {
+		insns = append(insns,
+			asm.LoadMem(asm.R2, asm.R6, 4, asm.Word), // data_end
+			asm.LoadMem(asm.R3, asm.R6, 0, asm.Word), // data
+			asm.Sub.Reg(asm.R2, asm.R3),
+			asm.Sub.Imm(asm.R2, int32(frameLen)), // what was pushed: pop it
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.FnXdpAdjustHead.Call(),
+		)
+	}
+	insns = append(insns,
 		asm.LoadMem(asm.R7, asm.R6, 0, asm.Word), // data
 		asm.LoadMem(asm.R8, asm.R6, 4, asm.Word), // data_end
 		asm.Mov.Reg(asm.R2, asm.R7),
@@ -287,7 +331,7 @@ func newRewriter(v6 bool, entries []rewriteEntry, tail *ebpf.Program) (*rewriter
 		asm.LoadMapPtr(asm.R1, r.table.FD()),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "drop"),
-	}
+	)
 	if v6 {
 		for off := int16(0); off < 16; off += 8 {
 			insns = append(insns,
