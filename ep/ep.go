@@ -39,7 +39,7 @@ type Endpoint struct {
 	rxCtxBits int    // the AV's, read per send
 
 	// Messages dropped on receipt (RecvStats).
-	parkDropped, unmatchable atomic.Uint64
+	parkDropped, unmatchable, unreadable atomic.Uint64
 
 	dev  *device
 	umem *dataplane.UMEM
@@ -494,6 +494,12 @@ type RecvStats struct {
 	// message whose AV entry was removed while it waited, on an endpoint
 	// that drops messages from unknown sources.
 	Unmatchable uint64
+	// Unreadable counts received frames whose metadata or xdpfab header
+	// the endpoint could not read: no frame of this release's XDP program,
+	// e.g. of another metadata version (an interface still running the
+	// program of an xdpfab release before or after this library's:
+	// docs/OPERATIONS.md#the-pin-root-and-what-survives-a-restart).
+	Unreadable uint64
 }
 
 // RecvStats returns the endpoint's receive drop counters (zero for a nil
@@ -502,7 +508,7 @@ func (e *Endpoint) RecvStats() RecvStats {
 	if e == nil {
 		return RecvStats{}
 	}
-	return RecvStats{ParkDropped: e.parkDropped.Load(), Unmatchable: e.unmatchable.Load()}
+	return RecvStats{ParkDropped: e.parkDropped.Load(), Unmatchable: e.unmatchable.Load(), Unreadable: e.unreadable.Load()}
 }
 
 // Stats returns the sockets' kernel statistics summed.

@@ -611,7 +611,8 @@ func (c *rxCtx) deliver(f *frameRef, parked bool) bool {
 	payload, ok := c.frameMsg(f, parked, &h, &comp)
 	f.gone = f.gone || comp.gone
 	if !ok {
-		c.release(*f) // cannot happen with our program; never hold it
+		c.ep.unreadable.Add(1) // not our program's frame: never hold it
+		c.release(*f)
 		return true
 	}
 	tagged := h.Op == wire.OpTagged
