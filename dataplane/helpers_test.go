@@ -33,11 +33,6 @@ const (
 	metaMagic = 0x78647066
 )
 
-// xdpMd mirrors struct xdp_md, the context of BPF_PROG_TEST_RUN for XDP.
-type xdpMd struct {
-	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
-}
-
 type redirectProg struct {
 	prog *ebpf.Program
 	xsks *ebpf.Map

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/xdpfab/xdpfab/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +35,7 @@ func (h *Host) Inject(prog *ebpf.Program, frame []byte, repeat int) error {
 				Data:    frame,
 				Repeat:  uint32(repeat),
 				Flags:   unix.BPF_F_TEST_XDP_LIVE_FRAMES,
-				Context: xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(h.Ifindex)},
+				Context: bpf.XDPMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(h.Ifindex)},
 			})
 			return err
 		})
@@ -47,11 +48,6 @@ func (h *Host) Inject(prog *ebpf.Program, frame []byte, repeat int) error {
 		return err
 	}
 	return h.peer().send(frame, repeat)
-}
-
-// xdpMD mirrors struct xdp_md, the context of an XDP test run.
-type xdpMD struct {
-	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
 // injected is what Inject attached to one host's interface.
