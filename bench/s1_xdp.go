@@ -42,16 +42,12 @@ var (
 // so.
 var noLiveFrames atomic.Bool
 
-// liveRun is a live-frame testRun of prog, and the growth of dp's
-// redirect_failed counter over the run. A run a signal interrupts (EINTR)
-// has already sent part of its frames, so it is started again with the
-// counter read anew (a plain testRun would count those frames twice).
-func liveRun(dp *loader.Objects, prog *ebpf.Program, data []byte, repeat uint32) (time.Duration, uint64, error) {
-	return countedRun(dp, prog, data, repeat, true)
-}
-
-// countedRun is liveRun, or with live false a plain test run (the kernel
-// hands every repetition the same buffer: see newRewriterPop).
+// countedRun is a test run of prog (live: live-frame, else plain: the
+// kernel hands every repetition the same buffer, see newRewriterPop), and
+// the growth of dp's redirect_failed counter over the run. A live run a
+// signal interrupts (EINTR) has already sent part of its frames, so it is
+// started again with the counter read anew (a plain testRun would count
+// those frames twice).
 func countedRun(dp *loader.Objects, prog *ebpf.Program, data []byte, repeat uint32, live bool) (time.Duration, uint64, error) {
 	for {
 		c0, err := dp.Counters()
