@@ -50,10 +50,18 @@ func (h *Host) Inject(prog *ebpf.Program, frame []byte, repeat int) error {
 	return h.peer().send(frame, repeat)
 }
 
-// injected is what Inject attached to one host's interface.
+// injected is the program Inject runs on one host's interface, and the
+// link it attached it with (nil: the caller attached it).
 type injected struct {
 	prog *ebpf.Program
 	link link.Link
+}
+
+func (in *injected) close() error {
+	if in.link == nil {
+		return nil
+	}
+	return in.link.Close()
 }
 
 // injectAttach attaches prog to h's interface for Inject, replacing a
@@ -68,7 +76,7 @@ func (h *Host) injectAttach(prog *ebpf.Program) error {
 			b.injectMu.Lock()
 			defer b.injectMu.Unlock()
 			for _, in := range b.injected {
-				in.link.Close()
+				in.close()
 			}
 			b.injected = nil
 		})
@@ -77,13 +85,14 @@ func (h *Host) injectAttach(prog *ebpf.Program) error {
 		if in.prog == prog {
 			return nil
 		}
-		if err := in.link.Close(); err != nil {
+		if err := in.close(); err != nil {
 			return fmt.Errorf("inject: detach the earlier program from %s: %w", h.Name(), err)
 		}
 		delete(b.injected, h)
 	}
 	if h.runs(prog) {
-		return nil // the caller attached it
+		b.injected[h] = &injected{prog: prog} // the caller attached it
+		return nil
 	}
 	l, err := h.AttachXDP(prog)
 	if err != nil {
