@@ -28,6 +28,7 @@ type side struct {
 	tx, rx *cq.CQ
 	ep     *ep.Endpoint
 	local  netip.AddrPort
+	att    *loader.Attachment // the dataplane's program on h's interface
 }
 
 type rig struct {
@@ -74,6 +75,7 @@ func (r *rig) side(t testing.TB, h *testbed.Host, o rigOpts) *side {
 		if err != nil {
 			return err
 		}
+		s.att = att
 		t.Cleanup(func() { att.Close() })
 		return nil
 	})
