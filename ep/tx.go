@@ -55,6 +55,11 @@ type txState struct {
 	share *dataplane.ShareBlock
 	slot  int
 	comp  *dataplane.Socket
+	// tmpl holds the headers of the frames to the last destination sent
+	// to twice in a row (lastDst): a ping-pong's or a stream's sends
+	// copy them instead of building them (wire.Template).
+	tmpl    wire.Template
+	lastDst netip.AddrPort
 }
 
 // udpCsumField is the UDP checksum's offset in the UDP header.
@@ -303,7 +308,7 @@ func (e *Endpoint) transmit(fr *wire.Frame, opcode uint8, flags fi.Flags, report
 			return errNoFrame
 		}
 		addr = t.addrs[0] + t.txOff
-		n := fr.Put(t.umem.Frame(addr))
+		n := t.put(fr, t.umem.Frame(addr))
 		t.descs[0] = dataplane.Desc{Addr: addr, Len: uint32(n)}
 		t.checksum(fr, t.umem.Frame(addr), &t.descs[0])
 		if t.s.Transmit(t.descs[:1]) != 1 {
@@ -338,6 +343,24 @@ func (e *Endpoint) transmit(fr *wire.Frame, opcode uint8, flags fi.Flags, report
 		}
 	}
 	return nil
+}
+
+// put writes fr into b, from the template of its headers when there is
+// one, and returns its length. A destination sent to twice in a row gets
+// the template; alternating destinations are built by Frame.Put, each
+// frame once. The caller holds t.mu.
+func (t *txState) put(fr *wire.Frame, b []byte) int {
+	if t.tmpl.Matches(fr) {
+		return t.tmpl.Put(b, &fr.Hdr, fr.Payload, fr.PartialUDPCsum)
+	}
+	if fr.Dst == t.lastDst {
+		if tm, ok := wire.NewTemplate(fr); ok {
+			t.tmpl = tm
+			return t.tmpl.Put(b, &fr.Hdr, fr.Payload, fr.PartialUDPCsum)
+		}
+	}
+	t.lastDst = fr.Dst
+	return fr.Put(b)
 }
 
 // checksum asks the kernel to complete the UDP checksum of the packet

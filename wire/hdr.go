@@ -43,6 +43,12 @@ func PutHdr(b []byte, h Hdr) int {
 	if len(b) < HdrLen {
 		return 0
 	}
+	h.put((*[HdrLen]byte)(b))
+	return HdrLen
+}
+
+// put is PutHdr into an array: no bounds checks.
+func (h *Hdr) put(b *[HdrLen]byte) {
 	binary.BigEndian.PutUint32(b[0:], Magic)
 	b[4] = Version
 	b[5] = h.Op
@@ -52,7 +58,6 @@ func PutHdr(b []byte, h Hdr) int {
 	binary.BigEndian.PutUint32(b[12:], h.AuthKey)
 	binary.BigEndian.PutUint64(b[16:], h.Tag)
 	binary.BigEndian.PutUint64(b[24:], h.CQData)
-	return HdrLen
 }
 
 // ParseHdr decodes the header at the start of b. ok is false when b is
