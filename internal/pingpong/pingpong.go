@@ -154,15 +154,20 @@ func WaitUntil(ctx context.Context, q *cq.CQ, deadline time.Time) (cq.Entry, fi.
 		if n == 1 {
 			return e[0], src[0], nil, nil
 		}
-		if errors.Is(err, fi.EAVAIL) {
-			ee := &cq.ErrEntry{ErrData: make([]byte, 64)}
-			if err := q.ReadErr(ee); err != nil {
+		// An empty CQ answers the bare fi.EAGAIN: one comparison per
+		// empty poll, where two errors.Is walks were a quarter of the
+		// loop's time in a profile of the client.
+		if err != fi.EAGAIN {
+			if errors.Is(err, fi.EAVAIL) {
+				ee := &cq.ErrEntry{ErrData: make([]byte, 64)}
+				if err := q.ReadErr(ee); err != nil {
+					return cq.Entry{}, 0, nil, err
+				}
+				return cq.Entry{}, fi.AddrNotAvail, ee, nil
+			}
+			if !errors.Is(err, fi.EAGAIN) {
 				return cq.Entry{}, 0, nil, err
 			}
-			return cq.Entry{}, fi.AddrNotAvail, ee, nil
-		}
-		if !errors.Is(err, fi.EAGAIN) {
-			return cq.Entry{}, 0, nil, err
 		}
 		if i&4095 == 0 {
 			if ctx.Err() != nil {
