@@ -294,7 +294,9 @@ func (x *xdpfabRx) waitOne(rx bool, deadline time.Time) (int, error) {
 		if n == 1 {
 			return buf[0].Len, nil
 		}
-		if err != nil && !errors.Is(err, fi.EAGAIN) {
+		// The bare fi.EAGAIN of an empty CQ is one comparison, not an
+		// errors.Is walk per empty poll (as xdpfab pingpong's loop).
+		if err != nil && err != fi.EAGAIN && !errors.Is(err, fi.EAGAIN) {
 			return 0, err
 		}
 		if i&1023 == 0 && time.Now().After(deadline) {
