@@ -33,3 +33,10 @@ func SetLookupHost(fn func(ctx context.Context, host string) ([]netip.Addr, erro
 	}
 	return func() { lookupHost, resolveTimeout = was, wasTimeout }
 }
+
+// SetReplyTimeout shortens (or lengthens) how long a reply may wait for
+// room in a client's socket; the returned function restores it.
+func SetReplyTimeout(d time.Duration) (restore func()) {
+	was := replyTimeoutNs.Swap(int64(d))
+	return func() { replyTimeoutNs.Store(was) }
+}

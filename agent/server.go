@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -194,8 +195,14 @@ func (a *Agent) hello(who caller, req *ctl.Request) error {
 // replyTimeout bounds how long one reply may wait for room in the
 // connection's socket. A client waits for each answer before it asks
 // again, so its replies never wait; one that sends requests and reads no
-// answers stalls, and its connection is ended.
-var replyTimeout = 5 * time.Second
+// answers stalls, and its connection is ended. It is an atomic so that a
+// test can shorten it (export_test.go) while other agents' goroutines read
+// it.
+var replyTimeoutNs atomic.Int64
+
+func init() { replyTimeoutNs.Store(int64(5 * time.Second)) }
+
+func replyTimeout() time.Duration { return time.Duration(replyTimeoutNs.Load()) }
 
 // reply sends one response. A response too large for one message is
 // replaced by an EMSGSIZE error, never a dropped connection. An error
@@ -233,7 +240,7 @@ func mustEncode(r *ctl.Response) []byte {
 // not a raised buffer per connection. Without CAP_NET_ADMIN the raise may
 // fall short and the reply is EMSGSIZE.
 func (a *Agent) sendReply(cn *conn, b []byte, fds []int) error {
-	deadline := time.Now().Add(replyTimeout)
+	deadline := time.Now().Add(replyTimeout())
 	cn.c.SetWriteDeadline(deadline)
 	// 32 bytes of every message's buffer are the kernel's; a page more
 	// covers the descriptors' control data.
@@ -250,7 +257,7 @@ func (a *Agent) sendReply(cn *conn, b []byte, fds []int) error {
 	}
 	err := ctl.WriteEncoded(cn.c, b, fds)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("the client reads no replies (none read within %v): %w", replyTimeout, fi.ETIMEDOUT)
+		return fmt.Errorf("the client reads no replies (none read within %v): %w", replyTimeout(), fi.ETIMEDOUT)
 	}
 	return err
 }
@@ -265,7 +272,7 @@ func drained(raw syscall.RawConn, deadline time.Time) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the client reads no replies (%d bytes unread for %v): %w", queued, replyTimeout, fi.ETIMEDOUT)
+			return fmt.Errorf("the client reads no replies (%d bytes unread for %v): %w", queued, replyTimeout(), fi.ETIMEDOUT)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
