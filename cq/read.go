@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/xdpfab/xdpfab/fi"
+	"github.com/xdpfab/xdpfab/internal/prefetch"
 )
 
 // opErrors are the errors of one read call, built once so that polling an
@@ -105,6 +106,14 @@ func (q *CQ) take(buf []Entry, src []fi.Addr) (int, fi.Errno) {
 	// asks far more often than entries arrive, and the CQ was empty at
 	// the instant of the two loads (head only grows under the lock).
 	if h := q.head.Load(); q.tail.Load() == h && !q.overrun.Load() && !q.closed.Load() {
+		// The slot the next completion goes to, into the cache: a
+		// poller's empty reads keep it there, so that the producer's
+		// write (and this read of it) finds it instead of a line the
+		// ring last touched Size completions ago (96-byte slots: two
+		// lines at most).
+		s := uintptr(unsafe.Pointer(&q.ring[h&q.mask]))
+		prefetch.Line(s)
+		prefetch.Line(s + unsafe.Sizeof(slot{}) - 1)
 		return 0, fi.EAGAIN
 	}
 	for {
