@@ -19,7 +19,8 @@ const maxTemplateHdr = 14 + 40 + UDPHeaderLen
 // Only an ordinary xdpfab frame has a template (no VLAN tags, IP options,
 // fragment offset, other protocol or TTL, raw or no xdpfab header, IPv4
 // datagrams with a UDP checksum); NewTemplate reports false for others,
-// which Frame.Put still writes. The zero Template matches no frame.
+// which Frame.Put still writes. The zero Template (and a nil one) matches
+// no frame and writes nothing.
 type Template struct {
 	srcMAC, dstMAC [6]byte
 	src, dst       netip.AddrPort
@@ -79,19 +80,26 @@ func NewTemplate(f *Frame) (Template, bool) {
 // given (an address written another way, IPv4-mapped or with a zone, is
 // Frame.Put's).
 func (t *Template) Matches(f *Frame) bool {
-	return t.ok && f != nil && f.Src == t.src && f.Dst == t.dst &&
+	return t != nil && t.ok && f != nil && f.Src == t.src && f.Dst == t.dst &&
 		f.SrcMAC == t.srcMAC && f.DstMAC == t.dstMAC && f.plain()
 }
 
-// Len is the length of the frame Put writes for a payload of n bytes.
-func (t *Template) Len(n int) int { return t.n + HdrLen + n }
+// Len is the length of the frame Put writes for a payload of n bytes (0
+// for a nil or zero Template, which writes nothing).
+func (t *Template) Len(n int) int {
+	if t == nil || !t.ok {
+		return 0
+	}
+	return t.n + HdrLen + n
+}
 
 // Put writes the frame of t's headers, h and payload into b, as Frame.Put
 // would for a Frame with them (partial: PartialUDPCsum), and returns its
-// length; 0, leaving b alone, when b is short or t is the zero Template.
+// length; 0, leaving b alone, when b is short, h is nil or t is nil or
+// the zero Template.
 func (t *Template) Put(b []byte, h *Hdr, payload []byte, partial bool) int {
 	n := t.Len(len(payload))
-	if !t.ok || len(b) < n {
+	if n == 0 || h == nil || len(b) < n {
 		return 0
 	}
 	b = b[:n]

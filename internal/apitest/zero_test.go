@@ -106,6 +106,7 @@ var subjects = []subject{
 	{nilPtr: (*wire.Frame)(nil), zero: &wire.Frame{}, zeroWorks: true},
 	{nilPtr: (*wire.Hdr)(nil), zero: &wire.Hdr{}, zeroWorks: true},
 	{nilPtr: (*wire.Meta)(nil), zero: &wire.Meta{}, zeroWorks: true},
+	{nilPtr: (*wire.Template)(nil), zero: &wire.Template{}, zeroWorks: true},
 
 	{nilPtr: (*bpf.AVMeta)(nil), zero: &bpf.AVMeta{}, zeroWorks: true, name: "bpf.AVMeta"},
 	// bpf2go generates Objects.Close, which dereferences its receiver;
@@ -293,6 +294,7 @@ func funcs() map[string]any {
 		"fi.ParseAddrStr":   fi.ParseAddrStr,
 
 		"wire.Build":                wire.Build,
+		"wire.NewTemplate":          wire.NewTemplate,
 		"wire.IPv4Checksum":         wire.IPv4Checksum,
 		"wire.PutHdr":               wire.PutHdr,
 		"wire.ParseHdr":             wire.ParseHdr,
