@@ -103,19 +103,16 @@ func (t *Template) Put(b []byte, h *Hdr, payload []byte, partial bool) int {
 		return 0
 	}
 	b = b[:n]
+	udpLen := uint32(UDPHeaderLen + HdrLen + len(payload))
 	// Fixed-size copies: moves of known length, not a call to memmove.
 	if t.v4 {
 		*(*[14 + 20 + UDPHeaderLen]byte)(b) = *(*[14 + 20 + UDPHeaderLen]byte)(t.hdr[:])
-	} else {
-		*(*[maxTemplateHdr]byte)(b) = t.hdr
-	}
-	udpLen := uint32(UDPHeaderLen + HdrLen + len(payload))
-	if t.v4 {
 		ip := b[14:34]
 		total := 20 + udpLen
 		binary.BigEndian.PutUint16(ip[2:], uint16(total))
 		binary.BigEndian.PutUint16(ip[10:], ^fold(t.ipSum+total))
 	} else {
+		*(*[maxTemplateHdr]byte)(b) = t.hdr
 		binary.BigEndian.PutUint16(b[18:], uint16(udpLen))
 	}
 	u := b[t.n-UDPHeaderLen:]
