@@ -547,8 +547,55 @@ func reportPP(d *doc) {
 		"is %s to %s its p50 (native, without busy poll, over the sizes), and its mean includes that tail.",
 		d.ratioVals(lo, 1), d.ratioVals(hi, 1))
 	d.p("")
+	reportPauses(d)
 	reportBreakdown(d)
 	d.notes("pp")
+}
+
+// reportPauses is section 3's machine pauses (s3_pauses.go): what tail
+// the machine itself puts under every ping-pong.
+func reportPauses(d *doc) {
+	cpus := []string{d.r.Setup["cpu_measure"], d.r.Setup["cpu_load"]}
+	if d.r.get(fmt.Sprintf("pp/pauses/cpu%s/%dus/per_s", cpus[0], pauseThresholds[0])) == nil {
+		return
+	}
+	d.p("**The machine's own pauses.** Before the ping-pongs, `xskfloor pauses` spins on each of the two CPUs in turn " +
+		"(the other idle) reading CLOCK_MONOTONIC, and counts the gaps between two reads: the times the machine took " +
+		"the CPU from a program that never gives it up (timer interrupts, and on a virtual machine the hypervisor). " +
+		"Every ping-pong on that CPU meets them too, whatever its implementation. Median [range] of the repetitions:")
+	d.p("")
+	var rows [][]string
+	for _, c := range cpus {
+		for _, th := range pauseThresholds {
+			k := fmt.Sprintf("pp/pauses/cpu%s/%dus", c, th)
+			rows = append(rows, []string{c, fmt.Sprintf("≥ %d µs", th), d.v(k+"/per_s", -1), d.v(k+"/time_pct", 2)})
+		}
+		rows = append(rows, []string{c, "longest (µs)", d.v(fmt.Sprintf("pp/pauses/cpu%s/longest", c), 0), ""})
+	}
+	d.table([]string{"CPU", "pauses", "per second", "% of the time"}, rows)
+	// A half round trip runs mostly on its sender's CPU (on veth the
+	// receiver's XDP runs in the sender's system call).
+	p50 := d.med("pp/xdpfab/64/p50")
+	var rate, share float64
+	for _, c := range cpus {
+		k := fmt.Sprintf("pp/pauses/cpu%s/10us", c)
+		rate += d.med(k+"/per_s") / 2
+		share += d.med(k+"/time_pct") / 2
+	}
+	if !math.IsNaN(p50) && !math.IsNaN(rate) && !math.IsNaN(share) {
+		hit := share + p50*1e-6*rate*100
+		text := fmt.Sprintf("Reading it: a half round trip is held up by a pause of at least 10 µs when it starts inside one (the "+
+			"share of the time in such pauses, %.2f%%, the two CPUs' mean) or one starts while it runs (p50 × rate: "+
+			"%.2f µs × %.0f/s = %.2f%%): about %.1f%% of xdpfab's 64 B half round trips.", share, p50, rate,
+			p50*1e-6*rate*100, hit)
+		if hit >= 1 {
+			text += " That is more than 1%: on this machine the p99 of any ping-pong holds the machine's pauses, " +
+				"about p50 plus part of a pause, whatever the implementation (the floor's p99 ÷ p50 above shows " +
+				"the same), and a p99 within 3× the p50 is not a property the implementation can have here."
+		}
+		d.p("%s", text)
+	}
+	d.p("")
 }
 
 // reportBreakdown is section 3's breakdown of one message (s3_breakdown.go).

@@ -68,6 +68,12 @@ func runPingPong(r *results, cfg *config) error {
 	}
 	defer down()
 	r.Setup["pingpong_iterations"] = fmt.Sprint(iters)
+	if cfg.want("pauses") && cfg.xskfloor != "" {
+		// Before any ping-pong: the machine's own pauses, nothing else running.
+		if err := measurePauses(r, cfg); err != nil {
+			return err
+		}
+	}
 	add := func(impl, title string, size int, res []ppResult) {
 		var mean, p50, p99, p999 []float64
 		for _, x := range res {

@@ -19,6 +19,12 @@
 //       WARM untimed and ITERS timed ping-pongs of SIZE-byte UDP payloads;
 //       print one JSON object: the elapsed time of the timed ones and each
 //       one's half round trip, in ns (CLOCK_MONOTONIC)
+//   xskfloor pauses SECONDS
+//       no socket: spin reading the clock for SECONDS and print one JSON
+//       object counting the gaps between consecutive reads of at least
+//       each of pause_min_ns, and their total length: the times the
+//       machine (interrupts, the hypervisor) took the CPU from a program
+//       that never gives it up, which any ping-pong on that CPU meets too
 //
 // The server prints "ready" once its socket is in the XSKMAP. Either side
 // fails after 10 s without the datagram it waits for.
@@ -306,12 +312,51 @@ static int client(const char *ifname, uint16_t port, const char **argv) {
 	return 0;
 }
 
+// pauses spins reading CLOCK_MONOTONIC for secs seconds and prints, for
+// each threshold, how many gaps between two consecutive reads were at
+// least that long and how long they were in all.
+static int pauses(double secs) {
+	static const int64_t min_ns[] = {1000, 2000, 5000, 10000, 20000, 50000};
+	enum { K = sizeof(min_ns) / sizeof(min_ns[0]) };
+	int64_t count[K] = {0}, total[K] = {0}, loops = 0, longest = 0;
+	if (!(secs > 0 && secs <= 60)) {
+		fprintf(stderr, "xskfloor: pauses: SECONDS must be in (0, 60]\n");
+		return 2;
+	}
+	int64_t start = now(), end = start + (int64_t)(secs * 1e9), prev = start;
+	for (int64_t t = start; t < end; prev = t, loops++) {
+		t = now();
+		int64_t gap = t - prev;
+		if (gap > longest)
+			longest = gap;
+		for (int i = 0; i < K && gap >= min_ns[i]; i++) {
+			count[i]++;
+			total[i] += gap;
+		}
+	}
+	printf("{\"elapsed_ns\":%lld,\"loops\":%lld,\"longest_ns\":%lld,\"pause_min_ns\":[", (long long)(prev - start),
+	       (long long)loops, (long long)longest);
+	for (int i = 0; i < K; i++)
+		printf("%s%lld", i ? "," : "", (long long)min_ns[i]);
+	printf("],\"count\":[");
+	for (int i = 0; i < K; i++)
+		printf("%s%lld", i ? "," : "", (long long)count[i]);
+	printf("],\"total_ns\":[");
+	for (int i = 0; i < K; i++)
+		printf("%s%lld", i ? "," : "", (long long)total[i]);
+	printf("]}\n");
+	return 0;
+}
+
 int main(int argc, const char **argv) {
+	if (argc == 3 && !strcmp(argv[1], "pauses"))
+		return pauses(atof(argv[2]));
 	if (argc == 5 && !strcmp(argv[1], "server"))
 		return server(argv[2], atoi(argv[3]), atol(argv[4]));
 	if (argc == 11 && !strcmp(argv[1], "client"))
 		return client(argv[2], atoi(argv[3]), argv + 3);
 	fprintf(stderr, "usage: xskfloor server IFNAME PORT COUNT\n"
-	                "       xskfloor client IFNAME PORT SRC_MAC DST_MAC SRC_IP DST_IP SIZE ITERS WARM\n");
+	                "       xskfloor client IFNAME PORT SRC_MAC DST_MAC SRC_IP DST_IP SIZE ITERS WARM\n"
+	                "       xskfloor pauses SECONDS\n");
 	return 2;
 }
