@@ -4,8 +4,10 @@ package main
 // program that never gives it up (timer interrupts, the hypervisor), and
 // for how long. A ping-pong on that CPU meets each such pause whatever
 // its implementation, so they bound the tail any of them can show: a half
-// round trip of t µs meets one of R pauses per second with probability
-// about t·R, and where that is above 1% the p99 holds a pause.
+// round trip of t µs is held up when it starts inside a pause (the share
+// of the time in pauses) or one of R pauses per second starts while it
+// runs (about t·R); where the two add up to more than 1% the p99 holds a
+// pause (reportPauses).
 // bench/xskfloor/xskfloor.c's "pauses" mode measures them (no Go runtime
 // on the CPU, no socket), pinned like the ping-pongs' sides.
 
@@ -34,7 +36,8 @@ type pauseOut struct {
 var pauseThresholds = []int64{5, 10, 20}
 
 // measurePauses runs xskfloor pauses on the ping-pongs' two CPUs, one
-// after the other (the other CPU idle), reps times each, and records per
+// after the other (the other CPU idle), half the repetitions (at least
+// one) on each, and records per
 // CPU and threshold the pauses per second and the share of time they
 // took.
 func measurePauses(r *results, cfg *config) error {
